@@ -1,0 +1,1 @@
+"""AugSelf in TensorFlow 2 / Keras 3."""
