@@ -1,0 +1,146 @@
+"""tensorflow-datasets sources, normalised to the common example dict.
+
+Any registered tfds image-classification dataset works (``name``, ``name/config``, ``name:1.2.3``):
+its image feature (the supervised input, else ``image``) becomes ``image`` uint8 RGB with 3 channels
+(grayscale replicated, alpha dropped), its label (the supervised target, else ``label``) becomes
+``label`` int64 (STL10's ``unlabeled`` split keeps its -1; a dataset with no label gets -1), and a
+top-level ``bbox`` BBoxFeature (caltech_birds2011, cars196: ymin, xmin, ymax, xmax fractions) becomes
+``bbox`` float32 [4]. Other features are dropped (after decoding: skipping the decode of unused images
+such as segmentation masks with ``tfds.decode.SkipDecoding`` breaks ``tfds.testing.mock_data`` for
+bbox datasets, and costs little).
+
+Nothing is downloaded: the data must already be prepared under ``data_dir`` (tfds' default
+``~/tensorflow_datasets`` when None); otherwise a one-line FileNotFoundError says how to prepare it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from augself_tf.data.sources import SourceInfo, unknown_dataset_error, unknown_split_error
+
+
+def _tfds() -> Any:
+    import tensorflow_datasets as tfds  # slow import (~3 s): only when a tfds source is used
+
+    return tfds
+
+
+def _builder(name: str, data_dir: str | None) -> Any:
+    tfds = _tfds()
+    try:
+        return tfds.builder(name, data_dir=data_dir)
+    except tfds.core.registered.DatasetNotFoundError:
+        raise unknown_dataset_error(name) from None
+    except ValueError as e:  # e.g. a malformed name/config/version
+        raise ValueError(f"{unknown_dataset_error(name)} ({str(e).splitlines()[0]})") from None
+
+
+def _keys(builder: Any) -> tuple[str, str | None, bool]:
+    """(image key, label key or None, has bbox) of a builder's features."""
+    tfds = _tfds()
+    features = builder.info.features
+    name = builder.info.full_name
+    sup = builder.info.supervised_keys
+    image_key = label_key = None
+    if isinstance(sup, tuple) and len(sup) == 2 and all(isinstance(k, str) for k in sup):
+        if sup[0] in features and isinstance(features[sup[0]], tfds.features.Image):
+            image_key, label_key = sup
+    if image_key is None:
+        if "image" not in features or not isinstance(features["image"], tfds.features.Image):
+            raise ValueError(f"tfds dataset {name!r} has no 'image' feature: not an image dataset")
+        image_key = "image"
+        label_key = "label" if "label" in features else None
+    if label_key is not None:
+        lab = features[label_key]
+        if not isinstance(lab, tfds.features.ClassLabel):
+            raise ValueError(f"tfds dataset {name!r}: label feature {label_key!r} is not a ClassLabel")
+    has_bbox = "bbox" in features and isinstance(features["bbox"], tfds.features.BBoxFeature)
+    return image_key, label_key, has_bbox
+
+
+def _check_split(builder: Any, split: str) -> int | None:
+    """Validate ``split`` against prepared metadata; return its example count if known."""
+    splits = builder.info.splits
+    if not splits:  # not prepared (or mocked): nothing to check against
+        return None
+    try:
+        return int(splits[split].num_examples)
+    except Exception:  # tfds raises KeyError, ValueError or AssertionError here
+        raise unknown_split_error(
+            builder.info.name, split, [*sorted(splits), "(or tfds expressions such as 'train[:10%]+test')"]
+        ) from None
+
+
+def info(name: str, split: str, *, data_dir: str | None = None) -> SourceInfo:
+    """SourceInfo of a tfds dataset split; ``num_examples`` is None when the data is not prepared."""
+    builder = _builder(name, data_dir)
+    image_key, label_key, has_bbox = _keys(builder)
+    num_examples = _check_split(builder, split)
+    features = builder.info.features
+    if label_key is None:
+        num_classes, class_names = 0, None
+    else:
+        lab = features[label_key]
+        num_classes = int(lab.num_classes)
+        names = list(lab.names)
+        class_names = names if names and len(names) == num_classes else None
+    shape = features[image_key].shape
+    image_size = (int(shape[0]), int(shape[1])) if shape[0] is not None and shape[1] is not None else None
+    return SourceInfo(
+        name=name,
+        split=split,
+        num_examples=num_examples,
+        num_classes=num_classes,
+        class_names=class_names,
+        has_bbox=has_bbox,
+        image_size=image_size,
+        splits=tuple(sorted(builder.info.splits)),
+        notes=f"tfds {builder.info.full_name}" + (", bbox = tfds BBoxFeature" if has_bbox else ""),
+    )
+
+
+def _to_rgb_uint8(img: tf.Tensor) -> tf.Tensor:
+    if img.dtype != tf.uint8:
+        img = tf.image.convert_image_dtype(img, tf.uint8, saturate=True)
+    channels = img.shape[-1]
+    if channels == 3:
+        return img
+    if channels == 1:
+        return tf.image.grayscale_to_rgb(img)
+    if channels == 4:
+        return img[..., :3]
+    # Unknown channel count: decide per example (1 -> replicate, 2/4 -> drop alpha).
+    img = tf.cond(tf.shape(img)[-1] < 3, lambda: tf.tile(img[..., :1], [1, 1, 3]), lambda: img[..., :3])
+    img.set_shape([None, None, 3])
+    return img
+
+
+def load(name: str, split: str, *, data_dir: str | None = None) -> tf.data.Dataset:
+    """``tf.data.Dataset`` of ``{"image", "label"[, "bbox"]}`` for a prepared tfds dataset split."""
+    tfds = _tfds()
+    builder = _builder(name, data_dir)
+    image_key, label_key, has_bbox = _keys(builder)
+    _check_split(builder, split)
+    try:
+        ds = tfds.load(name, split=split, data_dir=data_dir, download=False)
+    except AssertionError as e:
+        if "could not find data" not in str(e) and "download_and_prepare" not in str(e):
+            raise
+        where = data_dir or "tfds' default data_dir (~/tensorflow_datasets or $TFDS_DATA_DIR)"
+        raise FileNotFoundError(
+            f"tfds dataset {name!r} is not prepared in {where}: prepare it where there is network "
+            f"(`tfds build {name} --data_dir DIR`; manual-download datasets need their archives in "
+            f"DIR/downloads/manual) and pass data_dir=DIR; nothing is downloaded here"
+        ) from None
+
+    def normalise(ex: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        out = {"image": _to_rgb_uint8(ex[image_key])}
+        out["label"] = tf.cast(ex[label_key], tf.int64) if label_key else tf.constant(-1, tf.int64)
+        if has_bbox:
+            out["bbox"] = tf.cast(ex["bbox"], tf.float32)
+        return out
+
+    return ds.map(normalise, num_parallel_calls=tf.data.AUTOTUNE)
