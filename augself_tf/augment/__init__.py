@@ -1,0 +1,23 @@
+"""Stateless augmentations that return their parameters ω (no Keras).
+
+Public API: ``AugmentConfig``, ``augment_view``, ``omega_diff``, ``AUGMENTATIONS``, ``AUGSELF_CHOICES``,
+``parse_augself`` (and the ``registry`` / ``ops`` modules).
+"""
+
+from augself_tf.augment import ops, registry
+from augself_tf.augment.config import DEFAULT_JITTER_STRENGTH, AugmentConfig
+from augself_tf.augment.pipeline import augment_view, omega_diff
+from augself_tf.augment.registry import AUGMENTATIONS, AUGSELF_CHOICES, Augmentation, parse_augself
+
+__all__ = [
+    "AUGMENTATIONS",
+    "AUGSELF_CHOICES",
+    "DEFAULT_JITTER_STRENGTH",
+    "AugmentConfig",
+    "Augmentation",
+    "augment_view",
+    "omega_diff",
+    "ops",
+    "parse_augself",
+    "registry",
+]
