@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 
 # The paper's colour-jitter strengths at strength factor s = 1 (brightness, contrast, saturation, hue).
 DEFAULT_JITTER_STRENGTH: tuple[float, float, float, float] = (0.4, 0.4, 0.4, 0.1)
@@ -54,8 +55,13 @@ class AugmentConfig:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen dataclass: normalise fields in place
-        if isinstance(self.image_size, bool) or not isinstance(self.image_size, int) or self.image_size < 1:
+        if (
+            isinstance(self.image_size, bool)
+            or not isinstance(self.image_size, numbers.Integral)
+            or self.image_size < 1
+        ):
             raise ValueError(f"image_size must be a positive int, got {self.image_size!r}")
+        set_(self, "image_size", int(self.image_size))
 
         lo, hi = _pair("crop_scale", self.crop_scale)
         if not 0.0 < lo <= hi <= 1.0:
@@ -69,7 +75,7 @@ class AugmentConfig:
 
         for name in ("flip_prob", "jitter_prob", "gray_prob", "blur_prob", "rotation_prob", "solarize_prob"):
             p = getattr(self, name)
-            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+            if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
                 raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
             set_(self, name, float(p))
 
@@ -96,9 +102,10 @@ class AugmentConfig:
 
         Brightness, contrast and saturation become 0.4*s; hue becomes 0.1*s capped at 0.5.
         """
-        if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0.0 <= s < math.inf:
+        if isinstance(s, bool) or not isinstance(s, numbers.Real) or not 0.0 <= s < math.inf:
             raise ValueError(f"colour strength factor must be a finite number >= 0, got {s!r}")
         b, c, sat, h = DEFAULT_JITTER_STRENGTH
+        s = float(s)
         strength = (b * s, c * s, sat * s, min(h * s, MAX_HUE_STRENGTH))
         return dataclasses.replace(self, jitter_strength=strength)
 
