@@ -1,0 +1,25 @@
+"""Pretraining methods. Each is one short file over `AugSelfModel`; register it here."""
+
+from __future__ import annotations
+
+import inspect
+
+from augself_tf.methods.base import AugSelfModel
+from augself_tf.methods.moco import MoCo
+from augself_tf.methods.simsiam import SimSiam
+
+METHODS: dict[str, type[AugSelfModel]] = {
+    "none": AugSelfModel,
+    "simsiam": SimSiam,
+    "moco": MoCo,
+}
+
+
+def build_method(name: str, backbone, *, options: dict | None = None, **common) -> AugSelfModel:
+    """Instantiates method `name`; `options` entries the method's constructor does not take are ignored."""
+    if name not in METHODS:
+        raise ValueError(f"unknown method '{name}'; choose from {', '.join(METHODS)}")
+    cls = METHODS[name]
+    accepted = inspect.signature(cls.__init__).parameters
+    kwargs = {k: v for k, v in (options or {}).items() if v is not None and k in accepted}
+    return cls(backbone, **kwargs, **common)

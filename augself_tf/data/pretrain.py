@@ -1,0 +1,89 @@
+"""Two-view pretraining input: per-example pairs (view1, view2, ω1, ω2), batched and replayable.
+
+Every random draw of an example's two views comes from a seed derived from (global seed, epoch, example
+index), and the per-epoch shuffle is seeded from (global seed, epoch). Epoch e therefore yields the same
+batches whenever it is produced, which is what makes a resumed run continue exactly: the loop rebuilds the
+stream at the resumed epoch and skips the batches already consumed.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from augself_tf.augment import AugmentConfig, augment_view
+
+_SHUFFLE_SALT = 0x5EED
+_VIEW_SALT = 0xA11
+
+
+def example_seed(seed: int, epoch: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
+    """Stateless seed [2] for one example of one epoch."""
+    base = tf.constant([seed, _VIEW_SALT], tf.int64)
+    s = tf.random.experimental.stateless_fold_in(base, tf.cast(epoch, tf.int64))
+    return tf.random.experimental.stateless_fold_in(s, tf.cast(index, tf.int64))
+
+
+def two_views(example: dict, seed: tf.Tensor, config: AugmentConfig) -> dict:
+    """Maps one source example to {view1, view2, omega1, omega2[, label]} from a seed [2]."""
+    s1, s2 = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+    v1, o1 = augment_view(example["image"], s1, config)
+    v2, o2 = augment_view(example["image"], s2, config)
+    out = {"view1": v1, "view2": v2, "omega1": o1, "omega2": o2}
+    if "label" in example:
+        out["label"] = tf.cast(example["label"], tf.int64)
+    return out
+
+
+def make_pair_dataset(
+    source: tf.data.Dataset,
+    config: AugmentConfig,
+    *,
+    seed: int,
+    batch_size: int,
+    start_epoch: int = 0,
+    num_epochs: int | None = None,
+    skip_batches: int = 0,
+    shuffle_buffer: int = 10_000,
+    shard: tuple[int, int] | None = None,
+    cache: bool = False,
+    deterministic: bool = True,
+) -> tf.data.Dataset:
+    """Batches of two augmented views with their ω, epoch after epoch.
+
+    Args:
+      source: dataset of {"image": uint8 [H,W,3], "label": ...} (see `augself_tf.data.sources`).
+      config: augmentation settings.
+      seed: global seed; with the epoch and the example index it fixes every view.
+      batch_size: examples per batch (the per-replica batch under `distribute_datasets_from_function`).
+      start_epoch / num_epochs: epochs [start_epoch, num_epochs) (None = forever).
+      skip_batches: batches of `start_epoch` already consumed (resume inside an epoch).
+      shard: (index, count) of this input pipeline, for multi-worker input sharding.
+      cache: keep the decoded source in memory across epochs.
+      deterministic: keep element order fixed under parallel map (needed for exact resume).
+    """
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    # Enumerate before sharding so an example's index (and so its views) is global, not per worker.
+    base = source.enumerate()
+    if shard is not None and shard[1] > 1:
+        base = base.shard(shard[1], shard[0])
+    if cache:
+        base = base.cache()
+    options = tf.data.Options()
+    options.deterministic = deterministic
+
+    def epoch_stream(epoch: tf.Tensor) -> tf.data.Dataset:
+        shuffle_seed = tf.random.experimental.stateless_fold_in(tf.constant([seed, _SHUFFLE_SALT], tf.int64), epoch)[0]
+        ds = base.shuffle(shuffle_buffer, seed=shuffle_seed, reshuffle_each_iteration=False)
+        ds = ds.map(
+            lambda i, ex: two_views(ex, example_seed(seed, epoch, i), config),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=deterministic,
+        )
+        return ds.batch(batch_size, drop_remainder=True)
+
+    stop = num_epochs if num_epochs is not None else 2**62
+    ds = tf.data.Dataset.range(start_epoch, stop).flat_map(epoch_stream)
+    if skip_batches:
+        ds = ds.skip(skip_batches)
+    return ds.prefetch(tf.data.AUTOTUNE).with_options(options)

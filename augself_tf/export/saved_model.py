@@ -1,0 +1,43 @@
+"""Exports the backbone alone as a SavedModel that needs neither Keras code nor this package to load."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+
+import keras
+import tensorflow as tf
+
+
+class _FeatureExtractor(tf.Module):
+    def __init__(self, backbone: keras.Model) -> None:
+        super().__init__(name="augself_backbone")
+        self.backbone = backbone
+        self.feature_dim = tf.constant(int(backbone.output_shape[-1]))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None, None, 3], tf.float32, name="images")])
+    def serve(self, images: tf.Tensor) -> dict:
+        return {"features": tf.cast(self.backbone(images, training=False), tf.float32)}
+
+
+def export_backbone(backbone: keras.Model, path: str) -> str:
+    """Writes `path` atomically: saved to a sibling temp dir, then renamed over any previous export.
+
+    The `serving_default` signature takes float32 images [N, H, W, 3] in [0, 1] and returns
+    {"features": [N, d]}.
+    """
+    path = os.path.abspath(path)
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    tmp = os.path.join(parent, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex[:8]}")
+    module = _FeatureExtractor(backbone)
+    tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
+    old = None
+    if os.path.exists(path):
+        old = os.path.join(parent, f".{os.path.basename(path)}.old-{uuid.uuid4().hex[:8]}")
+        os.rename(path, old)
+    os.rename(tmp, path)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+    return path

@@ -1,0 +1,183 @@
+"""The one model class that owns the backbone, the AugSelf heads and the training step.
+
+A method (SimSiam, MoCo, ...) subclasses `AugSelfModel` and writes only its own heads in `__init__` and
+its loss in `method_loss` (or `method_forward` when view 2 does not go through the online backbone, as in
+MoCo). Everything else — both AugSelf orders, λ, cross-replica loss scaling, coupled L2 weight decay,
+mixed-precision loss scaling, constant-lr parameter groups, post-step updates — lives here.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from augself_tf.augment.registry import AUGMENTATIONS
+from augself_tf.models.resnet import mlp
+
+AUGSELF_HIDDEN = 512
+
+
+class AugSelfModel(keras.Model):
+    """Backbone f + AugSelf heads φ_aug + the method's own heads; `train_step` runs one SGD step.
+
+    Args:
+      backbone: a Keras model mapping images [N,H,W,3] to pooled features [N,d].
+      augself: names of the augmentations whose ω difference is predicted (keys of `AUGMENTATIONS`).
+      augself_weight: λ in L = L_method + λ·Σ_aug L_aug.
+      weight_decay: coupled L2 coefficient added to every gradient (PyTorch SGD semantics, which the
+        paper's numbers come from; Keras' own `weight_decay` is decoupled and is not used).
+      synchronized_bn: cross-replica batch statistics in the heads.
+    """
+
+    method_name = "none"
+    #: constructor options exposed as train_main flags: name -> (default, help).
+    options: dict[str, tuple] = {}
+    #: whether the method's loss needs class labels in the batch (supervised pretraining).
+    needs_labels = False
+
+    def __init__(
+        self,
+        backbone: keras.Model,
+        augself: tuple[str, ...] = (),
+        augself_weight: float = 1.0,
+        weight_decay: float = 0.0,
+        synchronized_bn: bool = False,
+        **kwargs,
+    ) -> None:
+        super().__init__(name=kwargs.pop("name", self.method_name), **kwargs)
+        unknown = [a for a in augself if a not in AUGMENTATIONS]
+        if unknown:
+            raise ValueError(f"unknown AugSelf augmentation {unknown[0]!r}; choose from {', '.join(AUGMENTATIONS)}")
+        if augself_weight < 0:
+            raise ValueError(f"augself_weight (λ) must be >= 0, got {augself_weight}")
+        self.backbone = backbone
+        self.feature_dim = int(backbone.output_shape[-1])
+        self.augself = tuple(augself)
+        self.augself_weight = float(augself_weight)
+        self.weight_decay = float(weight_decay)
+        self.synchronized_bn = synchronized_bn
+        self.augself_heads = {
+            name: mlp(
+                [AUGSELF_HIDDEN, AUGSELF_HIDDEN, AUGMENTATIONS[name].head_dim],
+                synchronized_bn=synchronized_bn,
+                name=f"augself_{name}",
+            )
+            for name in self.augself
+        }
+        self.base_learning_rate: float | None = None
+
+    # ----------------------------------------------------------------- hooks for methods
+    def method_loss(self, f1: tf.Tensor, f2: tf.Tensor, batch: dict, training: bool) -> tuple[tf.Tensor, dict]:
+        """The invariance objective on backbone features of both views. Default: none (AugSelf alone)."""
+        del f1, f2, batch, training
+        return tf.constant(0.0), {}
+
+    def method_forward(self, batch: dict, training: bool) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, dict]:
+        """Returns (f(v1), f(v2), method loss, logs). Override when view 2 uses another encoder.
+
+        Log entries whose name starts with "_" are not logged: they carry tensors to `post_step` (replicas
+        run concurrently, so per-replica values must never be stored on `self`).
+        """
+        f1 = self.backbone(batch["view1"], training=training)
+        f2 = self.backbone(batch["view2"], training=training)
+        loss, logs = self.method_loss(f1, f2, batch, training)
+        return f1, f2, loss, logs
+
+    def build_method(self, feature_dim: int) -> None:
+        """Builds the method's own layers (so the optimizer sees every variable before step 1)."""
+        del feature_dim
+
+    def constant_lr_variables(self) -> list[tf.Variable]:
+        """Variables trained at the base learning rate whatever the schedule (SimSiam's predictor)."""
+        return []
+
+    def target_variables(self) -> list[tf.Variable]:
+        """Variables updated outside the optimizer (momentum encoders); excluded from gradients."""
+        return []
+
+    def optimized_variables(self) -> list[tf.Variable]:
+        """Trainable variables the optimizer updates."""
+        excluded = {id(v) for v in self.target_variables()}
+        return [v for v in self.trainable_variables if id(v) not in excluded]
+
+    def post_step(self, batch: dict, aux: dict) -> None:
+        """Runs after the optimizer step inside the replica (EMA targets, queues); `aux` holds the "_"
+        entries of `method_forward`'s logs."""
+        del batch, aux
+
+    # ----------------------------------------------------------------- AugSelf
+    def augself_loss(
+        self, f1: tf.Tensor, f2: tf.Tensor, omega1: dict, omega2: dict, training: bool
+    ) -> tuple[tf.Tensor, dict]:
+        """Σ_aug L_aug over both orders: φ([f1,f2]) → ω_diff(1,2) and φ([f2,f1]) → ω_diff(2,1)."""
+        if not self.augself:
+            return tf.constant(0.0), {}
+        pairs = tf.concat([tf.concat([f1, f2], -1), tf.concat([f2, f1], -1)], 0)
+        pairs = tf.cast(pairs, tf.float32)
+        total = tf.constant(0.0)
+        logs = {}
+        for name in self.augself:
+            aug = AUGMENTATIONS[name]
+            target = tf.concat([aug.target(omega1, omega2), aug.target(omega2, omega1)], 0)
+            pred = tf.cast(self.augself_heads[name](pairs, training=training), tf.float32)
+            loss = tf.reduce_mean(aug.loss(pred, target))
+            total += loss
+            logs[f"augself/{name}_loss"] = loss
+            logs[f"augself/{name}_error"] = tf.reduce_mean(aug.metric(pred, target))
+        return total, logs
+
+    # ----------------------------------------------------------------- assembly
+    def build_all(self, image_size: int) -> None:
+        """Creates every variable (backbone, method heads, AugSelf heads) before training starts."""
+        x = tf.zeros([2, image_size, image_size, 3])
+        f = self.backbone(x, training=False)
+        self.build_method(self.feature_dim)
+        for head in self.augself_heads.values():
+            head(tf.zeros([2, 2 * self.feature_dim]), training=False)
+        del f
+        self.built = True
+
+    def compute_losses(self, batch: dict, training: bool = True) -> tuple[tf.Tensor, dict]:
+        """Total loss and a dict of scalar logs for one (per-replica) batch."""
+        f1, f2, method_loss, logs = self.method_forward(batch, training)
+        aug_loss, aug_logs = self.augself_loss(f1, f2, batch["omega1"], batch["omega2"], training)
+        total = method_loss + self.augself_weight * aug_loss
+        logs = {"loss/total": total, "loss/method": method_loss, "loss/augself": aug_loss, **logs, **aug_logs}
+        return total, logs
+
+    def train_step(self, batch: dict) -> dict:
+        """One optimizer step on a per-replica batch; returns per-replica scalar logs."""
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        variables = self.optimized_variables()
+        with tf.GradientTape() as tape:
+            total, logs = self.compute_losses(batch, training=True)
+            # Gradients are all-reduced by SUM across replicas, so each replica contributes 1/R.
+            scaled = total / replicas
+            scaled = self.optimizer.scale_loss(scaled)
+        grads = tape.gradient(scaled, variables)
+        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            # apply() unscales; the L2 term below must be pre-scaled to survive that.
+            scale = self.optimizer.dynamic_scale
+        else:
+            scale = 1.0
+        constant = {id(v) for v in self.constant_lr_variables()}
+        lr = tf.cast(self.optimizer.learning_rate, tf.float32)
+        lr_ratio = tf.constant(1.0)
+        if self.base_learning_rate is not None and constant:
+            lr_ratio = self.base_learning_rate / tf.maximum(lr, 1e-12)
+        new_grads = []
+        for g, v in zip(grads, variables, strict=True):
+            if g is None:
+                new_grads.append(g)
+                continue
+            if self.weight_decay:
+                g = g + tf.cast(scale * self.weight_decay / replicas, g.dtype) * tf.cast(v, g.dtype)
+            if id(v) in constant:
+                # Keras SGD applies v ← m·v − lr·g; feeding g·lr0/lr makes the step lr0·g: a constant lr.
+                g = g * tf.cast(lr_ratio, g.dtype)
+            new_grads.append(g)
+        self.optimizer.apply(new_grads, variables)
+        aux = {k: logs.pop(k) for k in list(logs) if k.startswith("_")}
+        self.post_step(batch, aux)
+        logs["lr"] = lr
+        return logs

@@ -1,0 +1,50 @@
+"""SimSiam (Chen & He, 2021): predictor on one branch, stop-gradient on the other, symmetrised."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from augself_tf.methods.base import AugSelfModel
+from augself_tf.models.resnet import mlp
+
+
+def negative_cosine(p: tf.Tensor, z: tf.Tensor) -> tf.Tensor:
+    """Mean of −cos(p, stopgrad(z)) over the batch."""
+    p = tf.math.l2_normalize(tf.cast(p, tf.float32), -1)
+    z = tf.math.l2_normalize(tf.stop_gradient(tf.cast(z, tf.float32)), -1)
+    return -tf.reduce_mean(tf.reduce_sum(p * z, -1))
+
+
+class SimSiam(AugSelfModel):
+    """Projector g (BN on its last layer) and predictor h (2048→512→2048, no BN at its end).
+
+    Args:
+      projector_layers: 2 for the STL10 setting, 3 for ImageNet100.
+      projector_dim / predictor_hidden: 2048 / 512 as in the paper.
+    """
+
+    method_name = "simsiam"
+    options = {
+        "projector_layers": (2, "SimSiam projector depth (paper: 2 on STL10, 3 on ImageNet100)"),
+        "projector_dim": (2048, "Projector output size"),
+        "predictor_hidden": (512, "SimSiam predictor hidden size"),
+    }
+
+    def __init__(self, backbone, *, projector_layers: int = 2, projector_dim: int = 2048,
+                 predictor_hidden: int = 512, **kwargs) -> None:
+        super().__init__(backbone, **kwargs)
+        sync = self.synchronized_bn
+        self.projector = mlp([projector_dim] * projector_layers, last_bn=True, synchronized_bn=sync, name="projector")
+        self.predictor = mlp([predictor_hidden, projector_dim], synchronized_bn=sync, name="predictor")
+
+    def build_method(self, feature_dim: int) -> None:
+        self.predictor(self.projector(tf.zeros([2, feature_dim])))
+
+    def constant_lr_variables(self) -> list[tf.Variable]:
+        return list(self.predictor.trainable_variables)
+
+    def method_loss(self, f1, f2, batch, training):
+        z1, z2 = self.projector(f1, training=training), self.projector(f2, training=training)
+        p1, p2 = self.predictor(z1, training=training), self.predictor(z2, training=training)
+        loss = 0.5 * (negative_cosine(p1, z2) + negative_cosine(p2, z1))
+        return loss, {}

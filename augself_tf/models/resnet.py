@@ -1,0 +1,128 @@
+"""ResNet backbones (He et al. 2016) returning global-average-pooled features.
+
+`resnet18` / `resnet50` use the ImageNet stem (7×7 stride-2 conv + max-pool); `resnet18_cifar` uses a 3×3
+stride-1 stem without max-pool for 32 px images. The last BN of every residual branch starts at γ=0 so each
+block begins as the identity (Goyal et al. 2017), as in torchvision's `zero_init_residual=True`.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import layers
+
+BACKBONES = ("resnet18", "resnet50", "resnet18_cifar")
+
+_STAGES = {
+    "resnet18": ("basic", (2, 2, 2, 2), "imagenet"),
+    "resnet50": ("bottleneck", (3, 4, 6, 3), "imagenet"),
+    "resnet18_cifar": ("basic", (2, 2, 2, 2), "cifar"),
+}
+
+
+def _bn(synchronized: bool, zero_init: bool = False, name: str | None = None) -> layers.Layer:
+    # PyTorch defaults (momentum 0.1 there = 0.9 here, eps 1e-5) so the paper's recipe carries over.
+    return layers.BatchNormalization(
+        momentum=0.9,
+        epsilon=1e-5,
+        synchronized=synchronized,
+        gamma_initializer="zeros" if zero_init else "ones",
+        name=name,
+    )
+
+
+def _conv(filters: int, kernel: int, stride: int, name: str) -> layers.Layer:
+    return layers.Conv2D(
+        filters,
+        kernel,
+        strides=stride,
+        padding="same",
+        use_bias=False,
+        kernel_initializer=keras.initializers.VarianceScaling(2.0, "fan_out", "untruncated_normal"),
+        name=name,
+    )
+
+
+def _block(x, filters: int, stride: int, kind: str, sync: bool, name: str):
+    out_filters = filters * (4 if kind == "bottleneck" else 1)
+    shortcut = x
+    if stride != 1 or x.shape[-1] != out_filters:
+        shortcut = _conv(out_filters, 1, stride, f"{name}_down_conv")(x)
+        shortcut = _bn(sync, name=f"{name}_down_bn")(shortcut)
+    if kind == "basic":
+        y = _conv(filters, 3, stride, f"{name}_conv1")(x)
+        y = layers.ReLU()(_bn(sync, name=f"{name}_bn1")(y))
+        y = _conv(filters, 3, 1, f"{name}_conv2")(y)
+        y = _bn(sync, zero_init=True, name=f"{name}_bn2")(y)
+    else:
+        y = _conv(filters, 1, 1, f"{name}_conv1")(x)
+        y = layers.ReLU()(_bn(sync, name=f"{name}_bn1")(y))
+        y = _conv(filters, 3, stride, f"{name}_conv2")(y)
+        y = layers.ReLU()(_bn(sync, name=f"{name}_bn2")(y))
+        y = _conv(out_filters, 1, 1, f"{name}_conv3")(y)
+        y = _bn(sync, zero_init=True, name=f"{name}_bn3")(y)
+    return layers.ReLU()(layers.Add()([shortcut, y]))
+
+
+def build_backbone(
+    name: str = "resnet18",
+    width: float = 1.0,
+    synchronized_bn: bool = False,
+    model_name: str | None = None,
+) -> keras.Model:
+    """Builds a ResNet feature extractor mapping [N, H, W, 3] images to [N, d] pooled features.
+
+    Args:
+      name: one of `BACKBONES`.
+      width: multiplier on every stage's channel count (1.0 = the standard network; 0.25 for CPU runs).
+      synchronized_bn: use cross-replica batch statistics (for multi-device training).
+      model_name: Keras name of the returned model.
+    """
+    if name not in _STAGES:
+        raise ValueError(f"unknown backbone '{name}'; choose from {', '.join(BACKBONES)}")
+    if width <= 0:
+        raise ValueError(f"backbone width must be positive, got {width}")
+    kind, depths, stem = _STAGES[name]
+    base = max(1, int(round(64 * width)))
+    inputs = keras.Input((None, None, 3), name="images")
+    if stem == "imagenet":
+        x = _conv(base, 7, 2, "stem_conv")(inputs)
+        x = layers.ReLU()(_bn(synchronized_bn, name="stem_bn")(x))
+        x = layers.MaxPooling2D(3, 2, padding="same")(x)
+    else:
+        x = _conv(base, 3, 1, "stem_conv")(inputs)
+        x = layers.ReLU()(_bn(synchronized_bn, name="stem_bn")(x))
+    for stage, depth in enumerate(depths):
+        for i in range(depth):
+            stride = 2 if (i == 0 and stage > 0) else 1
+            x = _block(x, base * 2**stage, stride, kind, synchronized_bn, f"s{stage + 1}b{i + 1}")
+    features = layers.GlobalAveragePooling2D(name="pool")(x)
+    return keras.Model(inputs, features, name=model_name or name)
+
+
+def mlp(
+    dims: list[int] | tuple[int, ...],
+    *,
+    hidden_bn: bool = True,
+    last_bn: bool = False,
+    synchronized_bn: bool = False,
+    name: str,
+) -> keras.Sequential:
+    """Linear–BN–ReLU stack ending in a Linear (optionally followed by BN, as SimSiam's projector).
+
+    `dims` lists the output size of every linear layer; the input size is inferred at build time.
+    Linear layers before a BN drop their bias (the BN's β plays its part).
+    """
+    stack: list[layers.Layer] = []
+    for i, d in enumerate(dims):
+        last = i == len(dims) - 1
+        use_bn = (last and last_bn) or (not last and hidden_bn)
+        stack.append(layers.Dense(d, use_bias=not use_bn, name=f"{name}_fc{i + 1}"))
+        if use_bn:
+            stack.append(
+                layers.BatchNormalization(
+                    momentum=0.9, epsilon=1e-5, synchronized=synchronized_bn, name=f"{name}_bn{i + 1}"
+                )
+            )
+        if not last:
+            stack.append(layers.ReLU(name=f"{name}_relu{i + 1}"))
+    return keras.Sequential(stack, name=name)

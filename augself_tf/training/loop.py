@@ -1,0 +1,214 @@
+"""The pretraining loop: strategy, input, model, checkpoints, TensorBoard, NaN guard and export."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+import keras
+import tensorflow as tf
+
+from augself_tf.augment import AugmentConfig
+from augself_tf.data.pretrain import make_pair_dataset
+from augself_tf.data.sources import load_source, source_info
+from augself_tf.export.saved_model import export_backbone
+from augself_tf.methods import build_method
+from augself_tf.models.resnet import build_backbone
+from augself_tf.training import summaries
+from augself_tf.training.optim import build_optimizer, scaled_learning_rate
+from augself_tf.training.strategy import is_chief, make_strategy
+
+
+class NonFiniteLossError(RuntimeError):
+    """Raised when a step produced a NaN or Inf loss; the last good checkpoint is kept."""
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Everything one pretraining run needs (train_main.py fills it from flags)."""
+
+    method: str = "moco"
+    augself: tuple[str, ...] = ("crop", "color")
+    augself_weight: float = 1.0
+    dataset: str = "shapes"
+    split: str = "train"
+    data_dir: str | None = None
+    backbone: str = "resnet18"
+    width: float = 1.0
+    augment: AugmentConfig = dataclasses.field(default_factory=AugmentConfig)
+    batch_size: int = 256
+    epochs: int = 200
+    max_steps: int | None = None
+    lr: float = 0.03
+    weight_decay: float = 5e-4
+    seed: int = 0
+    model_dir: str = "runs/default"
+    strategy: str = "auto"
+    cpu_replicas: int = 1
+    mixed_precision: str | None = None
+    jit_compile: bool = False
+    method_options: dict = dataclasses.field(default_factory=dict)
+    log_every: int = 10
+    checkpoint_every: int = 0  # steps; 0 = at the end of every epoch
+    keep_checkpoints: int = 3
+    shuffle_buffer: int = 10_000
+    cache_source: bool | None = None  # None: cache the embedded data only
+    verbose: int = 1
+    export: bool = True
+    on_step: Callable[[int], None] | None = None  # called after each step (tests use it to interrupt)
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """Where a run left its outputs, and its last logged values."""
+
+    model_dir: str
+    checkpoint_dir: str
+    tensorboard_dir: str
+    saved_model_dir: str | None
+    steps: int
+    last_logs: dict
+
+
+def _log(cfg: TrainConfig, msg: str) -> None:
+    if cfg.verbose:
+        print(msg, flush=True)
+
+
+def train(cfg: TrainConfig) -> TrainResult:
+    """Runs (or resumes) one pretraining run and exports the backbone. Returns where outputs are."""
+    strategy = make_strategy(cfg.strategy, cfg.cpu_replicas)
+    replicas = strategy.num_replicas_in_sync
+    if cfg.batch_size % replicas:
+        raise ValueError(f"global batch size {cfg.batch_size} is not divisible by the {replicas} replicas")
+    if cfg.mixed_precision:
+        keras.mixed_precision.set_global_policy(f"mixed_{cfg.mixed_precision}")
+    chief = is_chief(strategy)
+
+    info = source_info(cfg.dataset, cfg.split, data_dir=cfg.data_dir)
+    if not info.num_examples:
+        raise ValueError(f"dataset '{cfg.dataset}' split '{cfg.split}' has an unknown or zero size")
+    steps_per_epoch = info.num_examples // cfg.batch_size
+    if steps_per_epoch == 0:
+        raise ValueError(f"batch size {cfg.batch_size} exceeds the {info.num_examples} examples of '{cfg.dataset}'")
+    total_steps = steps_per_epoch * cfg.epochs
+    if cfg.max_steps:
+        total_steps = min(total_steps, cfg.max_steps)
+    needs_labels_ok = info.num_classes is not None and info.num_classes > 0
+
+    model_dir = os.path.abspath(cfg.model_dir)
+    # Non-chief workers must still take part in saving (collectives), but write to scratch space.
+    write_dir = model_dir if chief else tempfile.mkdtemp(prefix="augself_worker_")
+    ckpt_dir = os.path.join(write_dir, "checkpoints")
+    tb_dir = os.path.join(model_dir, "tensorboard")
+
+    with strategy.scope():
+        backbone = build_backbone(cfg.backbone, cfg.width, synchronized_bn=replicas > 1)
+        options = dict(cfg.method_options)
+        if cfg.method == "supervised":
+            if not needs_labels_ok:
+                raise ValueError(f"supervised pretraining needs class labels; '{cfg.dataset}' has none")
+            options.setdefault("num_classes", info.num_classes)
+        options.setdefault("total_steps", total_steps)
+        model = build_method(
+            cfg.method,
+            backbone,
+            options=options,
+            augself=cfg.augself,
+            augself_weight=cfg.augself_weight,
+            weight_decay=cfg.weight_decay,
+            synchronized_bn=replicas > 1,
+        )
+        model.build_all(cfg.augment.image_size)
+        optimizer = build_optimizer(cfg.lr, cfg.batch_size, total_steps, mixed_precision=cfg.mixed_precision)
+        model.compile(optimizer=optimizer)
+        model.base_learning_rate = scaled_learning_rate(cfg.lr, cfg.batch_size)
+        optimizer.build(model.optimized_variables())
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    manager = tf.train.CheckpointManager(checkpoint, ckpt_dir, max_to_keep=cfg.keep_checkpoints)
+    if manager.latest_checkpoint:
+        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+        _log(cfg, f"Resumed from {manager.latest_checkpoint}")
+    step = int(optimizer.iterations.numpy())
+    start_epoch, skip = divmod(step, steps_per_epoch)
+    if step >= total_steps:
+        _log(cfg, f"Already trained {step}/{total_steps} steps in {model_dir}")
+
+    cache = cfg.cache_source if cfg.cache_source is not None else cfg.dataset == "shapes"
+
+    def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
+        source = load_source(cfg.dataset, cfg.split, data_dir=cfg.data_dir)
+        return make_pair_dataset(
+            source,
+            cfg.augment,
+            seed=cfg.seed,
+            batch_size=ctx.get_per_replica_batch_size(cfg.batch_size),
+            start_epoch=start_epoch,
+            skip_batches=skip,
+            shuffle_buffer=cfg.shuffle_buffer,
+            shard=(ctx.input_pipeline_id, ctx.num_input_pipelines),
+            cache=cache,
+        )
+
+    dist_ds = strategy.distribute_datasets_from_function(dataset_fn)
+    iterator = iter(dist_ds)
+
+    def replica_step(batch):
+        return model.train_step(batch)
+
+    @tf.function(jit_compile=cfg.jit_compile or None)
+    def step_fn(batch):
+        per_replica = strategy.run(replica_step, args=(batch,))
+        return {k: strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None) for k, v in per_replica.items()}
+
+    writer = summaries.make_writer(tb_dir if chief else None)
+    _log(cfg, summaries.describe_run(cfg, replicas, info.num_examples, steps_per_epoch, total_steps))
+    progbar = keras.utils.Progbar(total_steps, verbose=1 if cfg.verbose else 0,
+                                  stateful_metrics=None, unit_name="step", interval=1.0)
+    progbar.update(step)
+    last_logs: dict = {}
+    t0, pairs_since = time.perf_counter(), 0
+    while step < total_steps:
+        batch = next(iterator)
+        if step == 0 and chief:
+            summaries.write_views(writer, strategy.experimental_local_results(batch)[0], step)
+        logs = step_fn(batch)
+        step += 1
+        pairs_since += cfg.batch_size
+        total = float(logs["loss/total"])
+        if not math.isfinite(total):
+            raise NonFiniteLossError(
+                f"loss became {total} at step {step}; stopped. The last good checkpoint in {ckpt_dir} is "
+                f"{manager.latest_checkpoint or '(none yet)'}; lower --lr or check the data."
+            )
+        if step % cfg.log_every == 0 or step == total_steps:
+            dt = time.perf_counter() - t0
+            last_logs = {k: float(v) for k, v in logs.items()}
+            last_logs["pairs_per_sec"] = pairs_since / max(dt, 1e-9)
+            summaries.write_scalars(writer, last_logs, step)
+            t0, pairs_since = time.perf_counter(), 0
+        progbar.update(step, [(k.split("/")[-1], float(v)) for k, v in logs.items()
+                              if k in ("loss/total", "loss/method", "loss/augself")])
+        every = cfg.checkpoint_every or steps_per_epoch
+        if step % every == 0 or step == total_steps:
+            manager.save(checkpoint_number=step)
+        if cfg.on_step is not None:
+            cfg.on_step(step)
+    if writer is not None:
+        writer.flush()
+
+    saved_model_dir = None
+    if cfg.export and chief:
+        saved_model_dir = export_backbone(model.backbone, os.path.join(model_dir, "saved_model"))
+    if cfg.verbose:
+        print(f"\nTensorBoard events: {tb_dir}   (tensorboard --logdir {tb_dir})")
+        print(f"Checkpoints:        {ckpt_dir}")
+        if saved_model_dir:
+            print(f"SavedModel:         {saved_model_dir}")
+        sys.stdout.flush()
+    return TrainResult(model_dir, ckpt_dir, tb_dir, saved_model_dir, step, last_logs)

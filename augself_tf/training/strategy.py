@@ -1,0 +1,59 @@
+"""Choosing the tf.distribute strategy: one device, mirrored (GPUs or split CPU), or multi-worker."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import tensorflow as tf
+
+STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker")
+
+
+def split_cpu(replicas: int) -> None:
+    """Splits the CPU into `replicas` logical devices; must run before TensorFlow touches a device."""
+    if replicas <= 1:
+        return
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
+    except RuntimeError as err:  # already initialised: keep what exists if it is enough
+        if len(tf.config.list_logical_devices("CPU")) < replicas:
+            raise RuntimeError(f"cannot split the CPU into {replicas} devices after TensorFlow started") from err
+
+
+def make_strategy(kind: str = "auto", cpu_replicas: int = 1) -> tf.distribute.Strategy:
+    """Builds the strategy. `auto`: multi-worker if TF_CONFIG names several workers, else mirrored over all
+    GPUs (or `cpu_replicas` logical CPUs) when there is more than one device, else one device."""
+    if kind not in STRATEGIES:
+        raise ValueError(f"unknown strategy '{kind}'; choose from {', '.join(STRATEGIES)}")
+    if kind == "multi_worker" or (kind == "auto" and _tf_config_workers() > 1):
+        if cpu_replicas > 1:
+            split_cpu(cpu_replicas)
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    split_cpu(cpu_replicas)
+    gpus = tf.config.list_logical_devices("GPU")
+    devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")][: max(1, cpu_replicas)]
+    if kind == "mirrored" or (kind == "auto" and len(devices) > 1):
+        if len(devices) > 1 and not gpus:
+            # NCCL is GPU-only; plain reductions work between logical CPUs.
+            return tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+        return tf.distribute.MirroredStrategy(devices)
+    return tf.distribute.OneDeviceStrategy(devices[0])
+
+
+def _tf_config_workers() -> int:
+    try:
+        cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
+    except json.JSONDecodeError as err:
+        raise ValueError(f"TF_CONFIG is not valid JSON: {err}") from err
+    return len(cluster.get("worker", [])) + len(cluster.get("chief", []))
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """True on the worker that writes checkpoints, summaries and exports."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.task_type:
+        return True
+    return resolver.task_type == "chief" or (resolver.task_type == "worker" and resolver.task_id == 0
+                                             and "chief" not in resolver.cluster_spec().as_dict())

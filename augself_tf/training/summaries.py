@@ -1,0 +1,52 @@
+"""TensorBoard output: scalars per term, a few augmented views with their ω, and the run description."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def make_writer(logdir: str | None) -> tf.summary.SummaryWriter | None:
+    """A summary writer, or None on workers that do not write."""
+    return tf.summary.create_file_writer(logdir) if logdir else None
+
+
+def write_scalars(writer: tf.summary.SummaryWriter | None, logs: dict, step: int) -> None:
+    """Writes every logged scalar (loss terms, λ-weighted total, lr, ω errors, pairs/s)."""
+    if writer is None:
+        return
+    with writer.as_default(step=step):
+        for name, value in logs.items():
+            tf.summary.scalar(name, value)
+
+
+def _omega_text(omega: dict, i: int) -> str:
+    parts = []
+    for name in sorted(omega):
+        vals = ", ".join(f"{float(x):.3f}" for x in tf.reshape(omega[name][i], [-1]).numpy())
+        parts.append(f"{name}=({vals})")
+    return " ".join(parts)
+
+
+def write_views(writer: tf.summary.SummaryWriter | None, batch: dict, step: int, count: int = 4) -> None:
+    """Logs the first `count` pairs of views side by side, with both ω as text."""
+    if writer is None:
+        return
+    n = min(count, int(batch["view1"].shape[0]))
+    pairs = tf.concat([batch["view1"][:n], batch["view2"][:n]], axis=2)
+    rows = [f"| {i} | {_omega_text(batch['omega1'], i)} | {_omega_text(batch['omega2'], i)} |" for i in range(n)]
+    table = "| pair | ω view 1 | ω view 2 |\n|---|---|---|\n" + "\n".join(rows)
+    with writer.as_default(step=step):
+        tf.summary.image("views/pairs (left: view 1, right: view 2)", tf.clip_by_value(pairs, 0.0, 1.0), max_outputs=n)
+        tf.summary.text("views/omega", table)
+
+
+def describe_run(cfg, replicas: int, num_examples: int, steps_per_epoch: int, total_steps: int) -> str:
+    """One paragraph a user reads before a long run starts."""
+    aug = ",".join(cfg.augself) or "off"
+    return (
+        f"Pretraining {cfg.method} + AugSelf[{aug}] (λ={cfg.augself_weight}) on {cfg.dataset}:{cfg.split} "
+        f"({num_examples} images), {cfg.backbone} width {cfg.width} at {cfg.augment.image_size} px\n"
+        f"  global batch {cfg.batch_size} on {replicas} replica(s), {steps_per_epoch} steps/epoch, "
+        f"{total_steps} steps, lr {cfg.lr}×batch/256, coupled L2 {cfg.weight_decay}\n"
+        f"  model_dir {cfg.model_dir}"
+    )

@@ -1,0 +1,132 @@
+"""Pretrain a ResNet with SimSiam / MoCo v2 / ... plus the AugSelf loss, then export the backbone.
+
+    python train_main.py --method=moco --augself=crop,color
+    python train_main.py --flagfile=flags/stl10_simsiam_augself.cfg
+
+Defaults are a small CPU run on the embedded `shapes` data; the flagfiles in flags/ hold the paper's settings.
+Running the same command again resumes from the last checkpoint in --model_dir.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags  # noqa: E402
+
+from augself_tf.methods import METHODS  # noqa: E402
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_enum("method", "moco", list(METHODS), "Invariance objective ('none' = AugSelf alone).")
+flags.DEFINE_string("augself", "crop,color", "Comma-separated ω to predict (crop, flip, color, blur, rotation, "
+                    "solarize); '' or 'none' turns AugSelf off.")
+flags.DEFINE_float("augself_weight", 1.0, "λ: total = L_method + λ·Σ L_aug (paper: 1.0 STL10, 0.5 ImageNet100).")
+flags.DEFINE_string("dataset", "shapes", "'shapes' (embedded), a tfds name (stl10, ...) or folder:PATH.")
+flags.DEFINE_string("split", "train", "Split(s) to pretrain on, e.g. 'train+unlabeled' for STL10.")
+flags.DEFINE_string("data_dir", None, "tensorflow-datasets data_dir.")
+flags.DEFINE_enum("backbone", "resnet18_cifar", ["resnet18", "resnet50", "resnet18_cifar"], "Backbone.")
+flags.DEFINE_float("width", 0.25, "Channel multiplier of the backbone (1.0 = standard ResNet).")
+flags.DEFINE_integer("image_size", 32, "Side of the augmented views in pixels (paper: 96 STL10, 224 ImageNet100).")
+flags.DEFINE_integer("batch_size", 256, "GLOBAL batch size (split over replicas).")
+flags.DEFINE_integer("epochs", 8, "Training epochs.")
+flags.DEFINE_integer("max_steps", None, "Stop after this many steps in total (smoke runs, benchmarks).")
+flags.DEFINE_float("lr", 0.03, "Base learning rate, scaled by batch/256.")
+flags.DEFINE_float("weight_decay", 5e-4, "Coupled L2 coefficient (PyTorch SGD semantics).")
+flags.DEFINE_integer("seed", 0, "Seed of initialisation, shuffling and every augmentation.")
+flags.DEFINE_string("model_dir", None, "Output directory (default runs/<method>[_augself_<augs>]).")
+flags.DEFINE_enum("strategy", "auto", ["auto", "one_device", "mirrored", "multi_worker"], "tf.distribute strategy.")
+flags.DEFINE_integer("cpu_replicas", 1, "Split the CPU into N logical devices (runs the mirrored path without GPUs).")
+flags.DEFINE_enum("mixed_precision", None, ["float16", "bfloat16"], "Mixed-precision compute dtype.")
+flags.DEFINE_boolean("jit_compile", False, "XLA-compile the training step.")
+flags.DEFINE_float("color_strength", 1.0, "Colour-jitter strength factor s (0.4s, 0.4s, 0.4s, 0.1s).")
+flags.DEFINE_float("crop_min_scale", 0.2, "Smallest RandomResizedCrop area fraction.")
+flags.DEFINE_float("flip_prob", 0.5, "Horizontal-flip probability.")
+flags.DEFINE_float("jitter_prob", 0.8, "Colour-jitter probability.")
+flags.DEFINE_float("gray_prob", 0.2, "Grayscale probability.")
+flags.DEFINE_float("blur_prob", 0.5, "Gaussian-blur probability.")
+flags.DEFINE_float("rotation_prob", None, "Rotation probability (default 0.5 when rotation is predicted, else 0).")
+flags.DEFINE_float("solarize_prob", None, "Solarization probability (default 0.5 when solarize is predicted, else 0).")
+flags.DEFINE_integer("log_every", 10, "TensorBoard scalars every N steps.")
+flags.DEFINE_integer("checkpoint_every", 0, "Checkpoint every N steps (0: at the end of every epoch).")
+flags.DEFINE_boolean("cache_source", None, "Keep decoded images in memory (default: only for 'shapes').")
+
+_METHOD_FLAGS: dict[str, str] = {}
+for _cls in METHODS.values():
+    for _name, (_default, _help) in getattr(_cls, "options", {}).items():
+        if _name in _METHOD_FLAGS:
+            continue
+        _kind = flags.DEFINE_integer if isinstance(_default, int) else flags.DEFINE_float
+        _kind(_name, None, f"{_help} (default per method)")
+        _METHOD_FLAGS[_name] = _help
+
+
+def _config():
+    from augself_tf.augment import AugmentConfig, parse_augself
+    from augself_tf.training.loop import TrainConfig
+
+    augself = parse_augself(FLAGS.augself)
+    rotation_prob = FLAGS.rotation_prob if FLAGS.rotation_prob is not None else (0.5 if "rotation" in augself else 0.0)
+    solarize_prob = FLAGS.solarize_prob if FLAGS.solarize_prob is not None else (0.5 if "solarize" in augself else 0.0)
+    augment = AugmentConfig(
+        image_size=FLAGS.image_size,
+        crop_scale=(FLAGS.crop_min_scale, 1.0),
+        flip_prob=FLAGS.flip_prob,
+        jitter_prob=FLAGS.jitter_prob,
+        gray_prob=FLAGS.gray_prob,
+        blur_prob=FLAGS.blur_prob,
+        rotation_prob=rotation_prob,
+        solarize_prob=solarize_prob,
+    ).with_color_strength(FLAGS.color_strength)
+    for name, value in (("batch_size", FLAGS.batch_size), ("epochs", FLAGS.epochs), ("image_size", FLAGS.image_size)):
+        if value <= 0:
+            raise ValueError(f"--{name} must be positive, got {value}")
+    model_dir = FLAGS.model_dir or os.path.join(
+        "runs", FLAGS.method + (f"_augself_{'_'.join(augself)}" if augself else "")
+    )
+    return TrainConfig(
+        method=FLAGS.method,
+        augself=augself,
+        augself_weight=FLAGS.augself_weight,
+        dataset=FLAGS.dataset,
+        split=FLAGS.split,
+        data_dir=FLAGS.data_dir,
+        backbone=FLAGS.backbone,
+        width=FLAGS.width,
+        augment=augment,
+        batch_size=FLAGS.batch_size,
+        epochs=FLAGS.epochs,
+        max_steps=FLAGS.max_steps,
+        lr=FLAGS.lr,
+        weight_decay=FLAGS.weight_decay,
+        seed=FLAGS.seed,
+        model_dir=model_dir,
+        strategy=FLAGS.strategy,
+        cpu_replicas=FLAGS.cpu_replicas,
+        mixed_precision=FLAGS.mixed_precision,
+        jit_compile=FLAGS.jit_compile,
+        method_options={name: FLAGS[name].value for name in _METHOD_FLAGS},
+        log_every=FLAGS.log_every,
+        checkpoint_every=FLAGS.checkpoint_every,
+        cache_source=FLAGS.cache_source,
+    )
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    from augself_tf.training.loop import NonFiniteLossError, train
+
+    try:
+        cfg = _config()
+        train(cfg)
+    except (ValueError, NonFiniteLossError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(main)
