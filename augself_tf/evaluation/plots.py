@@ -1,0 +1,83 @@
+"""Pictures for the report (matplotlib's Agg canvas directly: no pyplot, no global backend change)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+
+def _save(fig: Figure, path: str) -> str:
+    os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
+    FigureCanvasAgg(fig)
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def draw_boxes(
+    images: np.ndarray,
+    true_xywh: np.ndarray,
+    pred_xywh: np.ndarray,
+    path: str,
+    *,
+    title: str = "",
+    columns: int = 4,
+) -> str:
+    """Grid of images with true (blue) and predicted (red) boxes, (x, y, w, h) fractions; saves a PNG."""
+    n = len(images)
+    columns = max(1, min(columns, n))
+    rows = max(1, -(-n // columns))
+    fig = Figure(figsize=(2.2 * columns, 2.2 * rows + (0.4 if title else 0)))
+    for i in range(n):
+        ax = fig.add_subplot(rows, columns, i + 1)
+        img = images[i]
+        h, w = img.shape[:2]
+        ax.imshow(img, extent=(0, w, h, 0))
+        for box, color in ((true_xywh[i], "blue"), (pred_xywh[i], "red")):
+            x, y, bw, bh = (float(v) for v in box)
+            ax.add_patch(Rectangle((x * w, y * h), bw * w, bh * h, fill=False, edgecolor=color, linewidth=2))
+        ax.set_xlim(0, w)
+        ax.set_ylim(h, 0)
+        ax.axis("off")
+    if title:
+        fig.suptitle(title + "  (blue: true, red: predicted)", fontsize=9)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def draw_retrieval(
+    images: np.ndarray,
+    queries: Sequence[int],
+    neighbours: np.ndarray,
+    labels: np.ndarray,
+    path: str,
+    *,
+    title: str = "",
+    class_names: Sequence[str] | None = None,
+) -> str:
+    """One row per query: the query, then its neighbours (green title: same label, red: different)."""
+    rows, k = len(queries), neighbours.shape[1]
+    fig = Figure(figsize=(1.6 * (k + 1), 1.7 * rows + (0.4 if title else 0)))
+
+    def name(label: int) -> str:
+        if class_names is not None and 0 <= label < len(class_names):
+            return str(class_names[label])[:14]
+        return str(label)
+
+    for r, q in enumerate(queries):
+        row = [int(q)] + [int(j) for j in neighbours[r]]
+        for c, idx in enumerate(row):
+            ax = fig.add_subplot(rows, k + 1, r * (k + 1) + c + 1)
+            ax.imshow(images[idx])
+            same = labels[idx] == labels[q]
+            color = "black" if c == 0 else ("green" if same else "red")
+            ax.set_title(("query: " if c == 0 else "") + name(int(labels[idx])), fontsize=7, color=color)
+            ax.axis("off")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return _save(fig, path)
