@@ -5,13 +5,21 @@ from __future__ import annotations
 import inspect
 
 from augself_tf.methods.base import AugSelfModel
+from augself_tf.methods.byol import BYOL
 from augself_tf.methods.moco import MoCo
+from augself_tf.methods.simclr import SimCLR
 from augself_tf.methods.simsiam import SimSiam
+from augself_tf.methods.supervised import Supervised
+from augself_tf.methods.swav import SwAV
 
 METHODS: dict[str, type[AugSelfModel]] = {
     "none": AugSelfModel,
     "simsiam": SimSiam,
     "moco": MoCo,
+    "byol": BYOL,
+    "simclr": SimCLR,
+    "swav": SwAV,
+    "supervised": Supervised,
 }
 
 

@@ -1,0 +1,47 @@
+"""Supervised pretraining: cross-entropy of a linear classifier on the backbone features of both views.
+
+L = mean over the 2b views of CE(W·f(v) + c, y). Examples with a negative label (unlabeled data such as
+STL10's `unlabeled` split) are left out of the mean; the AugSelf heads still see every pair.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from augself_tf.methods.base import AugSelfModel
+
+
+def masked_cross_entropy(logits: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """(mean CE over examples with label >= 0, accuracy over them); 0 for both when none is labelled."""
+    logits = tf.cast(logits, tf.float32)
+    labels = tf.cast(labels, tf.int32)
+    valid = tf.cast(labels >= 0, tf.float32)
+    ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.maximum(labels, 0), logits=logits)
+    count = tf.maximum(tf.reduce_sum(valid), 1.0)
+    correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
+    return tf.reduce_sum(ce * valid) / count, tf.reduce_sum(correct * valid) / count
+
+
+class Supervised(AugSelfModel):
+    """Linear classifier d→num_classes on f(v1) and f(v2); `num_classes` comes from the training loop."""
+
+    method_name = "supervised"
+    needs_labels = True
+    options: dict[str, tuple] = {}
+
+    def __init__(self, backbone, *, num_classes: int, **kwargs) -> None:
+        super().__init__(backbone, **kwargs)
+        if num_classes is None or num_classes < 1:
+            raise ValueError(f"supervised pretraining needs num_classes >= 1, got {num_classes}")
+        self.num_classes = int(num_classes)
+        self.classifier = keras.layers.Dense(self.num_classes, name="classifier")
+
+    def build_method(self, feature_dim: int) -> None:
+        self.classifier(tf.zeros([2, feature_dim]))
+
+    def method_loss(self, f1, f2, batch, training):
+        logits = self.classifier(tf.concat([f1, f2], 0), training=training)
+        labels = tf.concat([batch["label"], batch["label"]], 0)
+        loss, accuracy = masked_cross_entropy(logits, labels)
+        return loss, {"supervised/accuracy": accuracy}

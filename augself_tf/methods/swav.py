@@ -1,0 +1,121 @@
+"""SwAV (Caron et al., 2020) without multi-crop and without queue, as in the paper's STL10 setting.
+
+z = l2-normalise(g(f(v))), scores = z·C with C the 100 prototypes (a bias-free Dense whose columns are
+re-normalised at the start of every step). Codes q come from Sinkhorn-Knopp (ε = 0.05, 3 iterations) over
+the GLOBAL batch: the normalising sums are all-reduced across replicas, so 2 replicas give the codes that one
+device gives on the concatenated batch. Swapped prediction: L = ½[H(q1, softmax(s2/τ)) + H(q2, softmax(s1/τ))],
+τ = 0.1. The prototypes get zero gradient for the first `freeze_prototypes_steps` steps (default: one epoch,
+as SwAV's `freeze_prototypes_niters`). The coupled weight decay the base step adds then only rescales each
+prototype, which the per-step normalisation undoes, so their directions stay exactly frozen.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from augself_tf.methods.base import AugSelfModel
+from augself_tf.models.resnet import mlp
+
+
+def _all_reduce_sum(x: tf.Tensor) -> tf.Tensor:
+    ctx = tf.distribute.get_replica_context()
+    if ctx is None or ctx.num_replicas_in_sync == 1:
+        return x
+    return ctx.all_reduce(tf.distribute.ReduceOp.SUM, x)
+
+
+def sinkhorn(scores: tf.Tensor, epsilon: float = 0.05, iterations: int = 3) -> tf.Tensor:
+    """SwAV's distributed Sinkhorn-Knopp: codes [b, K] for this replica's scores [b, K].
+
+    Q = exp(scores/ε)ᵀ is scaled to total mass 1, then alternately every prototype row is scaled to mass 1/K
+    (sums over the global batch, all-reduced) and every sample column to 1/B (B = global batch); the result
+    is returned ×B so that each sample's code sums to 1 and, at convergence, each prototype's codes sum to
+    B/K over the global batch. No gradient flows through the codes.
+    """
+    scores = tf.stop_gradient(tf.cast(scores, tf.float32))
+    q = tf.transpose(tf.exp(scores / epsilon))  # [K, b]
+    k = tf.cast(tf.shape(q)[0], tf.float32)
+    b_global = _all_reduce_sum(tf.cast(tf.shape(q)[1], tf.float32))
+    q /= _all_reduce_sum(tf.reduce_sum(q))
+    for _ in range(iterations):
+        q /= _all_reduce_sum(tf.reduce_sum(q, 1, keepdims=True))
+        q /= k
+        q /= tf.reduce_sum(q, 0, keepdims=True)
+        q /= b_global
+    return tf.transpose(q * b_global)
+
+
+def swapped_prediction(s1: tf.Tensor, s2: tf.Tensor, q1: tf.Tensor, q2: tf.Tensor, temperature: float) -> tf.Tensor:
+    """½[mean −Σ q1·log softmax(s2/τ) + mean −Σ q2·log softmax(s1/τ)]."""
+    logp1 = tf.nn.log_softmax(tf.cast(s1, tf.float32) / temperature, -1)
+    logp2 = tf.nn.log_softmax(tf.cast(s2, tf.float32) / temperature, -1)
+    return 0.5 * (tf.reduce_mean(-tf.reduce_sum(q1 * logp2, -1)) + tf.reduce_mean(-tf.reduce_sum(q2 * logp1, -1)))
+
+
+class SwAV(AugSelfModel):
+    """Projector d→2048→128 (BN+ReLU hidden, no BN at the end), prototypes, Sinkhorn codes, swapped loss.
+
+    Args:
+      num_prototypes: 100 in the paper.
+      sinkhorn_epsilon / sinkhorn_iterations: ε = 0.05, 3 iterations.
+      temperature: τ = 0.1 of the prediction softmax.
+      freeze_prototypes_steps: steps with frozen prototypes; -1 = the first epoch (`steps_per_epoch`).
+      steps_per_epoch: passed by the training loop; used when freeze_prototypes_steps is -1.
+    """
+
+    method_name = "swav"
+    options = {
+        "projector_hidden": (2048, "Projector hidden size (SwAV on STL10: 2048)"),
+        "projector_dim": (128, "Projector output size"),
+        "num_prototypes": (100, "SwAV prototypes"),
+        "sinkhorn_epsilon": (0.05, "SwAV Sinkhorn-Knopp ε"),
+        "sinkhorn_iterations": (3, "SwAV Sinkhorn-Knopp iterations"),
+        "temperature": (0.1, "Softmax temperature (SwAV: 0.1)"),
+        "freeze_prototypes_steps": (-1, "SwAV: steps with frozen prototypes (-1 = the first epoch)"),
+    }
+
+    def __init__(self, backbone, *, projector_hidden: int = 2048, projector_dim: int = 128,
+                 num_prototypes: int = 100, sinkhorn_epsilon: float = 0.05, sinkhorn_iterations: int = 3,
+                 temperature: float = 0.1, freeze_prototypes_steps: int = -1, steps_per_epoch: int | None = None,
+                 **kwargs) -> None:
+        super().__init__(backbone, **kwargs)
+        self.epsilon = float(sinkhorn_epsilon)
+        self.sinkhorn_iterations = int(sinkhorn_iterations)
+        self.temperature = float(temperature)
+        if freeze_prototypes_steps < 0:
+            freeze_prototypes_steps = steps_per_epoch or 0
+        self.freeze_prototypes_steps = int(freeze_prototypes_steps)
+        self.projector = mlp([projector_hidden, projector_dim], synchronized_bn=self.synchronized_bn,
+                             name="projector")
+        self.prototypes = keras.layers.Dense(num_prototypes, use_bias=False, name="prototypes")
+
+    def build_method(self, feature_dim: int) -> None:
+        self.prototypes(self.projector(tf.zeros([2, feature_dim])))
+        self.normalize_prototypes()
+
+    def normalize_prototypes(self) -> None:
+        """Scales every prototype (a kernel column) to unit length."""
+        kernel = self.prototypes.kernel
+        kernel.assign(tf.math.l2_normalize(tf.convert_to_tensor(kernel), 0))
+
+    def scores(self, f: tf.Tensor, training: bool, frozen: tf.Tensor | bool = False) -> tf.Tensor:
+        """Cosine scores [b, K] of l2-normalised projections against the prototypes (no gradient to the
+        prototypes when `frozen`)."""
+        z = tf.math.l2_normalize(tf.cast(self.projector(f, training=training), tf.float32), -1)
+        kernel = tf.cast(tf.convert_to_tensor(self.prototypes.kernel), tf.float32)
+        gate = tf.cast(tf.logical_not(tf.convert_to_tensor(frozen)), tf.float32)
+        kernel = tf.stop_gradient(kernel) + gate * (kernel - tf.stop_gradient(kernel))
+        return tf.matmul(z, kernel)
+
+    def method_loss(self, f1, f2, batch, training):
+        if training:
+            self.normalize_prototypes()
+        frozen = False
+        if training and self.freeze_prototypes_steps > 0 and getattr(self, "optimizer", None) is not None:
+            frozen = self.optimizer.iterations < self.freeze_prototypes_steps
+        s1, s2 = self.scores(f1, training, frozen), self.scores(f2, training, frozen)
+        q1 = sinkhorn(s1, self.epsilon, self.sinkhorn_iterations)
+        q2 = sinkhorn(s2, self.epsilon, self.sinkhorn_iterations)
+        loss = swapped_prediction(s1, s2, q1, q2, self.temperature)
+        return loss, {"swav/prototypes_frozen": tf.cast(frozen, tf.float32)}
