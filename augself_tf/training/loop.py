@@ -115,6 +115,7 @@ def train(cfg: TrainConfig) -> TrainResult:
                 raise ValueError(f"supervised pretraining needs class labels; '{cfg.dataset}' has none")
             options.setdefault("num_classes", info.num_classes)
         options.setdefault("total_steps", total_steps)
+        options.setdefault("steps_per_epoch", steps_per_epoch)  # SwAV freezes its prototypes for one epoch
         model = build_method(
             cfg.method,
             backbone,
