@@ -14,7 +14,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
 
 from augself_tf.methods import METHODS  # noqa: E402
 
@@ -117,12 +117,16 @@ def _config():
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    if not FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)  # TF's INFO chatter would bury the progress bar
     from augself_tf.training.loop import NonFiniteLossError, train
 
     try:
         cfg = _config()
         train(cfg)
-    except (ValueError, NonFiniteLossError) as err:
+    except (ValueError, FileNotFoundError, NonFiniteLossError) as err:
+        if os.environ.get("AUGSELF_DEBUG"):
+            raise
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0

@@ -73,6 +73,7 @@ class TrainResult:
     saved_model_dir: str | None
     steps: int
     last_logs: dict
+    model: keras.Model | None = None
 
 
 def _log(cfg: TrainConfig, msg: str) -> None:
@@ -89,6 +90,10 @@ def train(cfg: TrainConfig) -> TrainResult:
     if cfg.mixed_precision:
         keras.mixed_precision.set_global_policy(f"mixed_{cfg.mixed_precision}")
     chief = is_chief(strategy)
+    keras.utils.set_random_seed(cfg.seed)  # Keras initialisers draw from this
+    # Everything random in the input is stateless and seeded explicitly; TF's global seed must stay unset
+    # because tf.data's shuffle cannot take a per-epoch tensor seed when the global seed is 0.
+    tf.random.set_seed(None)
 
     info = source_info(cfg.dataset, cfg.split, data_dir=cfg.data_dir)
     if not info.num_examples:
@@ -212,4 +217,4 @@ def train(cfg: TrainConfig) -> TrainResult:
         if saved_model_dir:
             print(f"SavedModel:         {saved_model_dir}")
         sys.stdout.flush()
-    return TrainResult(model_dir, ckpt_dir, tb_dir, saved_model_dir, step, last_logs)
+    return TrainResult(model_dir, ckpt_dir, tb_dir, saved_model_dir, step, last_logs, model)

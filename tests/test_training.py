@@ -1,0 +1,132 @@
+"""The training loop end to end: replicas, exact resume, NaN guard, export round trip, bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from augself_tf.augment import AugmentConfig
+from augself_tf.methods.base import AugSelfModel
+from augself_tf.training.loop import NonFiniteLossError, TrainConfig, train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny(model_dir: str, **overrides) -> TrainConfig:
+    base = TrainConfig(
+        method="moco",
+        augself=("crop", "color"),
+        dataset="shapes",
+        backbone="resnet18_cifar",
+        width=0.0625,
+        augment=AugmentConfig(image_size=16),
+        batch_size=16,
+        epochs=1,
+        max_steps=6,
+        lr=0.05,
+        model_dir=model_dir,
+        method_options={"queue_size": 64, "projector_hidden": 32, "projector_dim": 16},
+        checkpoint_every=3,
+        verbose=0,
+        shuffle_buffer=256,
+    )
+    return dataclasses.replace(base, **overrides)
+
+
+def _checkpoint_values(ckpt_dir: str) -> dict:
+    reader = tf.train.load_checkpoint(ckpt_dir)
+    return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map() if "save_counter" not in k}
+
+
+class _InterruptError(Exception):
+    pass
+
+
+def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
+    full = train(tiny(str(tmp_path / "full"), export=False))
+    assert full.steps == 6
+
+    def interrupt(step):
+        if step == 4:
+            raise _InterruptError
+
+    with pytest.raises(_InterruptError):
+        train(tiny(str(tmp_path / "resumed"), on_step=interrupt, export=False))
+    resumed = train(tiny(str(tmp_path / "resumed"), export=False))
+    assert resumed.steps == 6
+    a, b = _checkpoint_values(full.checkpoint_dir), _checkpoint_values(resumed.checkpoint_dir)
+    assert a.keys() == b.keys()
+    assert any("queue" in k for k in a), "the MoCo queue must be checkpointed"
+    for key in a:
+        if np.asarray(a[key]).dtype.kind in "fiu":
+            np.testing.assert_allclose(a[key], b[key], rtol=1e-6, atol=1e-6, err_msg=key)
+
+
+def test_two_replicas_train_finite_and_export_loads_without_the_project(tmp_path):
+    result = train(tiny(str(tmp_path / "run"), method="simsiam", cpu_replicas=2, max_steps=3,
+                        method_options={"projector_dim": 32, "predictor_hidden": 8}))
+    assert np.isfinite(result.last_logs["loss/total"])
+    assert result.model.distribute_strategy.num_replicas_in_sync == 2
+    assert os.path.exists(os.path.join(result.tensorboard_dir))
+    images = np.random.default_rng(0).uniform(size=[3, 20, 24, 3]).astype("float32")
+    np.save(tmp_path / "x.npy", images)
+    script = (
+        "import sys, numpy as np, tensorflow as tf\n"
+        f"m = tf.saved_model.load({result.saved_model_dir!r})\n"
+        f"x = np.load({str(tmp_path / 'x.npy')!r})\n"
+        "f = m.signatures['serving_default'](images=tf.constant(x))['features'].numpy()\n"
+        f"np.save({str(tmp_path / 'f.npy')!r}, f)\n"
+        "assert not any(k.startswith('augself_tf') for k in sys.modules)\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=str(tmp_path),
+                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ""})
+    exported = np.load(tmp_path / "f.npy")
+    direct = result.model.backbone(images, training=False).numpy()
+    assert exported.shape == (3, result.model.feature_dim)
+    np.testing.assert_allclose(exported, direct, rtol=1e-4, atol=1e-5)
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    original = AugSelfModel.compute_losses
+
+    def poisoned(self, batch, training=True):
+        total, logs = original(self, batch, training)
+        bad = tf.cast(self.optimizer.iterations, tf.float32) >= 2.0
+        total = tf.where(bad, tf.constant(float("nan")), total)
+        logs["loss/total"] = total
+        return total, logs
+
+    monkeypatch.setattr(AugSelfModel, "compute_losses", poisoned)
+    with pytest.raises(NonFiniteLossError, match="step 3"):
+        train(tiny(str(tmp_path / "nan"), checkpoint_every=1))
+    ckpt = tf.train.latest_checkpoint(str(tmp_path / "nan" / "checkpoints"))
+    assert ckpt.endswith("-2")
+    values = _checkpoint_values(str(tmp_path / "nan" / "checkpoints"))
+    assert all(np.isfinite(v).all() for v in values.values() if np.asarray(v).dtype.kind == "f")
+    assert not os.path.exists(tmp_path / "nan" / "saved_model")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--method=simclrr"], "simsiam"),
+        (["--augself=crop,hue"], "choose from crop, flip, color, blur, rotation, solarize"),
+        (["--augself_weight=-1"], "augself_weight"),
+        (["--batch_size=15", "--cpu_replicas=2"], "not divisible"),
+        (["--dataset=no_such_dataset_xyz"], "unknown dataset"),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_nonzero_exit(tmp_path, args, expected):
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "train_main.py"), f"--model_dir={tmp_path}", "--max_steps=1", *args],
+        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=300,
+    )
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert expected in proc.stderr, proc.stderr[-2000:]
