@@ -137,9 +137,12 @@ def train(cfg: TrainConfig) -> TrainResult:
         optimizer.build(model.optimized_variables())
         checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
     manager = tf.train.CheckpointManager(checkpoint, ckpt_dir, max_to_keep=cfg.keep_checkpoints)
-    if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-        _log(cfg, f"Resumed from {manager.latest_checkpoint}")
+    # Every worker resumes from the CHIEF's checkpoints (model_dir must be shared by all workers): a
+    # non-chief's own scratch dir is new on every launch, and workers at different steps would deadlock.
+    latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
+    if latest:
+        checkpoint.restore(latest).assert_existing_objects_matched()
+        _log(cfg, f"Resumed from {latest}")
     step = int(optimizer.iterations.numpy())
     start_epoch, skip = divmod(step, steps_per_epoch)
     if step >= total_steps:
