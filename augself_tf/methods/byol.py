@@ -6,7 +6,8 @@ constant 4: same gradients, so the same balance against λ·L_AugSelf.
 
 Target τ follows BYOL's cosine schedule τ_k = 1 − (1 − τ_base)(cos(πk/K) + 1)/2 with K = total_steps and k the
 0-based index of the step just taken (`optimizer.iterations − 1` after the update): the first update uses
-τ_base, the last one ≈ 1. The AugSelf heads read the online features f(v1), f(v2).
+τ_base, the last one ≈ 1. (The reference code steps τ once per epoch; BYOL itself, and this file,
+per step.) The AugSelf heads read the online features f(v1), f(v2).
 """
 
 from __future__ import annotations

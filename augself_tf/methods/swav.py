@@ -3,10 +3,15 @@
 z = l2-normalise(g(f(v))), scores = z·C with C the 100 prototypes (a bias-free Dense whose columns are
 re-normalised at the start of every step). Codes q come from Sinkhorn-Knopp (ε = 0.05, 3 iterations) over
 the GLOBAL batch: the normalising sums are all-reduced across replicas, so 2 replicas give the codes that one
-device gives on the concatenated batch. Swapped prediction: L = ½[H(q1, softmax(s2/τ)) + H(q2, softmax(s1/τ))],
-τ = 0.1. The prototypes get zero gradient for the first `freeze_prototypes_steps` steps (default: one epoch,
-as SwAV's `freeze_prototypes_niters`). The coupled weight decay the base step adds then only rescales each
-prototype, which the per-step normalisation undoes, so their directions stay exactly frozen.
+device gives on the concatenated batch. Swapped prediction: L = H(q1, softmax(s2/τ)) + H(q2, softmax(s1/τ)),
+τ = 0.1, each H a batch mean — the SUM of the two terms, as the paper's reference code (SwAV's own code
+averages them), which keeps the paper's balance against λ·L_AugSelf. Unlike the reference code, whose
+Sinkhorn sums are per GPU, the codes here are those of the global batch.
+
+The prototypes get zero gradient for the first `freeze_prototypes_steps` steps (default: one epoch — the
+reference code's 410 iterations are one STL10 epoch at batch 256). The coupled weight decay the base step
+adds then only rescales each prototype, which the per-step normalisation undoes, so their directions stay
+exactly frozen.
 """
 
 from __future__ import annotations
@@ -47,10 +52,10 @@ def sinkhorn(scores: tf.Tensor, epsilon: float = 0.05, iterations: int = 3) -> t
 
 
 def swapped_prediction(s1: tf.Tensor, s2: tf.Tensor, q1: tf.Tensor, q2: tf.Tensor, temperature: float) -> tf.Tensor:
-    """½[mean −Σ q1·log softmax(s2/τ) + mean −Σ q2·log softmax(s1/τ)]."""
+    """mean −Σ q1·log softmax(s2/τ) + mean −Σ q2·log softmax(s1/τ)."""
     logp1 = tf.nn.log_softmax(tf.cast(s1, tf.float32) / temperature, -1)
     logp2 = tf.nn.log_softmax(tf.cast(s2, tf.float32) / temperature, -1)
-    return 0.5 * (tf.reduce_mean(-tf.reduce_sum(q1 * logp2, -1)) + tf.reduce_mean(-tf.reduce_sum(q2 * logp1, -1)))
+    return tf.reduce_mean(-tf.reduce_sum(q1 * logp2, -1)) + tf.reduce_mean(-tf.reduce_sum(q2 * logp1, -1))
 
 
 class SwAV(AugSelfModel):
