@@ -21,7 +21,12 @@ import sys
 
 from absl import app, flags
 
-PROTOCOL_CHOICES = ("linear", "fewshot", "localization", "rotation", "colorperm", "retrieval", "invariance", "all")
+PROTOCOL_CHOICES = (
+    "linear", "fewshot", "localization", "rotation", "colorperm", "retrieval", "invariance", "colorinfo", "all",
+)
+# Analyses (docs/analyses.md): run only when named; their options are the flags with these prefixes.
+ANALYSES = ("colorinfo",)
+ANALYSIS_FLAG_PREFIXES = ("colorinfo_", "robustness_", "finetune_")
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("saved_model", None, "SavedModel directory, or several separated by commas (one column each).")
@@ -47,6 +52,11 @@ flags.DEFINE_enum("fewshot_solver", "newton", ["newton", "sklearn"], "Few-shot l
 flags.DEFINE_integer("retrieval_k", 4, "Neighbours per retrieval query.")
 flags.DEFINE_integer("retrieval_queries", 8, "Queries pictured in the retrieval figure.")
 flags.DEFINE_integer("invariance_views", 1, "Augmented views per test image for the invariance metric.")
+flags.DEFINE_integer("colorinfo_bins", 4, "Colour histogram bins per RGB channel (bins^3 cells).")
+flags.DEFINE_integer("colorinfo_batch", 128, "N of the InfoNCE bound (the bound is at most log N).")
+flags.DEFINE_integer("colorinfo_steps", 300, "Adam steps of the InfoNCE critic.")
+flags.DEFINE_integer("colorinfo_seeds", 3, "Independent critic trainings.")
+flags.DEFINE_integer("colorinfo_eval_batches", 10, "Random test batches per critic.")
 flags.DEFINE_bool("quiet", False, "No progress lines on stderr.")
 
 
@@ -77,14 +87,21 @@ def parse_protocols(text: str) -> list[str]:
     protocols = [p for p in PROTOCOL_CHOICES if p != "all"]
     out: list[str] = []
     for name in names:
-        if name == "all":
-            out.extend(p for p in protocols if p not in out)
+        if name == "all":  # the analyses (colorinfo, ...) run only when named
+            out.extend(p for p in protocols if p not in out and p not in ANALYSES)
         elif name in protocols:
             if name not in out:
                 out.append(name)
         else:
             fail(f"unknown --protocol {name!r}: use {', '.join(PROTOCOL_CHOICES)}")
     return out
+
+
+def analysis_options() -> dict:
+    """The analyses' flags (``colorinfo_*``, ...) by name, for :class:`EvalConfig.analysis_options`."""
+    return {
+        name: FLAGS[name].value for name in FLAGS if isinstance(name, str) and name.startswith(ANALYSIS_FLAG_PREFIXES)
+    }
 
 
 def run(argv_models: list[str], protocols: list[str], explicit: bool) -> int:
@@ -119,6 +136,7 @@ def run(argv_models: list[str], protocols: list[str], explicit: bool) -> int:
         retrieval_queries=FLAGS.retrieval_queries,
         invariance_views=FLAGS.invariance_views,
         output_dir=os.path.dirname(os.path.abspath(output)),
+        analysis_options=analysis_options(),
     )
     log = None if FLAGS.quiet else log_stderr
     models = [load_model(p) for p in argv_models]  # fail fast on every bad path

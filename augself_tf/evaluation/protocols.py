@@ -34,6 +34,8 @@ from augself_tf.evaluation.features import (
 from augself_tf.evaluation.report import make_record
 
 PROTOCOLS: tuple[str, ...] = ("linear", "fewshot", "localization", "rotation", "colorperm", "retrieval", "invariance")
+# Analyses of the paper's appendix (docs/analyses.md): run when named, not part of 'all'.
+ANALYSES: tuple[str, ...] = ("colorinfo",)
 
 
 @dataclasses.dataclass
@@ -52,6 +54,8 @@ class EvalConfig:
       retrieval_k, retrieval_queries: neighbours per query, pictured queries.
       invariance_views: augmented views per test image.
       output_dir: where pictures go.
+      analysis_options: options of the colorinfo / robustness / finetune analyses by flag name (e.g.
+        ``colorinfo_steps``); each module's ``*Options.from_dict`` reads its own.
     """
 
     image_size: int = 96
@@ -73,6 +77,7 @@ class EvalConfig:
     retrieval_queries: int = 8
     invariance_views: int = 1
     output_dir: str = "."
+    analysis_options: dict = dataclasses.field(default_factory=dict)
 
     def regs(self) -> np.ndarray:
         """The regularisation sweep: ``linear_regs`` log-spaced values in [1e-6, 1e5] (45 = the paper's)."""
@@ -152,8 +157,10 @@ class Evaluator:
 
     def run(self, model: LoadedModel, protocol: str, dataset: str) -> list[dict]:
         """Records of one protocol on one dataset for one model."""
-        if protocol not in PROTOCOLS:
-            raise EvalError(f"unknown protocol {protocol!r}: use one of {', '.join(PROTOCOLS)} or all")
+        if protocol not in PROTOCOLS + ANALYSES:
+            raise EvalError(
+                f"unknown protocol {protocol!r}: use one of {', '.join(PROTOCOLS + ANALYSES)} or all"
+            )
         model.check_size(self.config.image_size)
         start = time.perf_counter()
         self.log(f"[eval] {model.name}: {protocol} on {dataset}")
@@ -344,3 +351,8 @@ class Evaluator:
                 "space": "backbone f (the paper measures the projector g∘f)",
             },
         )]
+
+    def _run_colorinfo(self, model: LoadedModel, dataset: str) -> list[dict]:
+        from augself_tf.evaluation import color_info
+
+        return color_info.run_protocol(self, model, dataset)

@@ -1,0 +1,68 @@
+"""The paper's remaining analyses at toy scale: colour information, robustness, fine-tuning, sweeps."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from augself_tf.evaluation import color_info, testing
+from augself_tf.evaluation.datasets import MemorySources
+from augself_tf.evaluation.features import load_model
+from augself_tf.evaluation.protocols import EvalConfig, Evaluator
+
+SMALL_NCE = color_info.ColorInfoOptions(batch=64, steps=120, hidden=64, dim=32, seeds=2, eval_batches=4)
+
+
+def _flat_colour_images(n: int, size: int = 8, seed: int = 0) -> np.ndarray:
+    """Images of one random colour each plus a little noise: their histogram is a function of 3 numbers."""
+    rng = np.random.default_rng(seed)
+    base = rng.random((n, 1, 1, 3))
+    return np.clip(base + 0.08 * rng.normal(size=(n, size, size, 3)), 0, 1).astype(np.float32)
+
+
+def test_color_histograms_are_normalised_joint_bins():
+    img = np.zeros((2, 4, 4, 3), np.float32)
+    img[0, :2] = [1.0, 0.0, 0.0]  # half red, half black
+    img[1] = [0.3, 0.6, 0.99]
+    h = color_info.color_histograms(img, bins=2)
+    assert h.shape == (2, 8)
+    np.testing.assert_allclose(h.sum(1), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(h[0], [0.5, 0, 0, 0, 0.5, 0, 0, 0])  # cell = r*4 + g*2 + b
+    np.testing.assert_allclose(h[1], [0, 0, 0, 1.0, 0, 0, 0, 0])  # (0, 1, 1)
+    single = color_info.color_histogram_tf(img[1], 2).numpy()
+    np.testing.assert_allclose(single, h[1])
+
+
+def test_infonce_oracle_beats_random_and_never_exceeds_log_n():
+    imgs = _flat_colour_images(400)
+    c = color_info.color_histograms(imgs, 4)
+    mean_colour = imgs.mean((1, 2))
+    z_rand = np.random.default_rng(1).normal(size=(400, 16))
+    oracle = color_info.infonce_bound(c[:300], mean_colour[:300], c[300:], mean_colour[300:], SMALL_NCE)
+    rand = color_info.infonce_bound(c[:300], z_rand[:300], c[300:], z_rand[300:], SMALL_NCE)
+    assert oracle.log_n == pytest.approx(math.log(64))
+    for r in (oracle, rand):
+        assert max(r.estimates) <= r.log_n + 1e-6
+        assert len(r.estimates) == SMALL_NCE.seeds * SMALL_NCE.eval_batches and r.ci95 >= 0
+    assert oracle.mean > 0.5 * oracle.log_n
+    assert oracle.mean > rand.mean + 2.0
+    assert rand.mean < 0.5
+
+
+def test_colorinfo_protocol_records(tmp_path):
+    imgs = (_flat_colour_images(160, size=16, seed=2) * 255).astype(np.uint8)
+    labels = np.zeros(160, np.int64)
+    data = {"toy": {"train": {"image": imgs[:100], "label": labels[:100]},
+                    "test": {"image": imgs[100:], "label": labels[100:]}}}
+    opts = {"colorinfo_batch": 32, "colorinfo_steps": 60, "colorinfo_seeds": 1, "colorinfo_eval_batches": 3,
+            "robustness_eps": "ignored"}
+    config = EvalConfig(image_size=16, batch_size=64, output_dir=str(tmp_path), analysis_options=opts)
+    ev = Evaluator(config, MemorySources(data), log=None)
+    model = load_model(testing.save_oracle_color_model(str(tmp_path / "color" / "saved_model")))
+    (rec,) = ev.run(model, "colorinfo", "toy")
+    assert rec["protocol"] == "colorinfo" and rec["metric"] == "I_NCE_nats"
+    assert rec["settings"]["batch_used"] == 32 and rec["settings"]["steps"] == 60
+    assert 0.3 * math.log(32) < rec["value"] <= math.log(32)
+    assert rec["n_train"] == 100 and rec["n_test"] == 60
