@@ -218,6 +218,10 @@ def test_bbox_to_crop_frame():
     np.testing.assert_allclose(features.bbox_to_crop_frame(box, 40, 80, 32).numpy(), [0, 0, 1, 1], atol=1e-6)
     box = tf.constant([0.5, 0.5, 1.0, 1.0])
     np.testing.assert_allclose(features.bbox_to_crop_frame(box, 40, 80, 32).numpy(), [0.5, 0.5, 1, 1], atol=1e-6)
+    box = tf.constant([0.0, 0.0, 1.0, 0.2])  # left of the crop: clipped to an empty box at x = 0
+    np.testing.assert_allclose(features.bbox_to_crop_frame(box, 40, 80, 32).numpy(), [0, 0, 1, 0], atol=1e-6)
+    missing = features.bbox_to_crop_frame(tf.fill([4], float("nan")), 40, 80, 32).numpy()
+    assert np.isnan(missing).all()
 
 
 def test_transforms():

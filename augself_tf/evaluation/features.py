@@ -15,7 +15,7 @@ import dataclasses
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -228,7 +228,10 @@ def preprocess(image: tf.Tensor, size: int) -> tf.Tensor:
 
 
 def bbox_to_crop_frame(bbox: tf.Tensor, height: tf.Tensor, width: tf.Tensor, size: int) -> tf.Tensor:
-    """(ymin, xmin, ymax, xmax) fractions of the original image -> fractions of the centre crop, clipped."""
+    """(ymin, xmin, ymax, xmax) fractions of the original image -> fractions of the centre crop, clipped.
+
+    NaN coordinates (no box) stay NaN.
+    """
     new_h, new_w, top, left = center_crop_geometry(height, width, size)
     bbox = tf.cast(bbox, tf.float32)
     nh, nw = tf.cast(new_h, tf.float32), tf.cast(new_w, tf.float32)
@@ -237,7 +240,8 @@ def bbox_to_crop_frame(bbox: tf.Tensor, height: tf.Tensor, width: tf.Tensor, siz
     ys = (bbox[0::2] * nh - top_f) / s
     xs = (bbox[1::2] * nw - left_f) / s
     out = tf.stack([ys[0], xs[0], ys[1], xs[1]])
-    return tf.clip_by_value(out, 0.0, 1.0)
+    clipped = tf.clip_by_value(out, 0.0, 1.0)
+    return tf.where(tf.math.is_nan(out), out, clipped)  # a missing box (NaN) stays missing
 
 
 def rotate_image(image: tf.Tensor, k: int) -> tf.Tensor:
@@ -358,6 +362,7 @@ class FeatureExtractor:
         self.log_every = log_every
         self.thumb_size = int(min(thumb_size, image_size))
         self._cache: dict[tuple, FeatureSet] = {}
+        self._sources: dict[tuple[str, str], tf.data.Dataset] = {}
         self.seconds = 0.0
 
     # -- datasets --
@@ -378,7 +383,9 @@ class FeatureExtractor:
             augmented view); boxes are then still expressed in the centre-crop frame.
         """
         try:
-            ds = self.loader(spec, split)
+            ds = self._sources.get((spec, split))
+            if ds is None:  # one source pipeline per split, shared by every transform and view
+                ds = self._sources[(spec, split)] = self.loader(spec, split)
         except EvalError:
             raise
         except Exception as e:  # noqa: BLE001 - data-layer errors become one line
@@ -438,33 +445,48 @@ class FeatureExtractor:
         keep_images: bool = False,
     ) -> FeatureSet:
         """Features of a dataset of dicts whose ``image`` is already a float32 [S, S, 3] view."""
+        return self.run_many(model, ds, description=description, keep_images=keep_images)[0]
+
+    def run_many(
+        self,
+        model: LoadedModel,
+        ds: tf.data.Dataset,
+        *,
+        description: str,
+        transforms: Sequence[str | None] = (None,),
+        keep_images: bool = False,
+    ) -> list[FeatureSet]:
+        """One pass over ``ds``: features of every batch under each of ``transforms`` (see
+        :func:`transform_fn`; None = as is), one :class:`FeatureSet` per transform."""
         model.check_size(self.image_size)
+        fns = [transform_fn(t) for t in transforms]
         batched = ds.batch(self.batch_size).prefetch(tf.data.AUTOTUNE)
-        feats: list[np.ndarray] = []
+        feats: list[list[np.ndarray]] = [[] for _ in fns]
+        thumbs: list[list[np.ndarray]] = [[] for _ in fns]
         fields: dict[str, list[np.ndarray]] = {}
-        thumbs: list[np.ndarray] = []
         start = last = time.perf_counter()
         count = 0
         try:
             for batch in batched:
-                images = batch["image"]
-                try:
-                    feats.append(model(images))
-                except EvalError:
-                    raise
-                except (tf.errors.OpError, ValueError, TypeError) as e:
-                    raise EvalError(
-                        f"model {model.name} rejected a batch of {self.image_size}x{self.image_size} images: "
-                        f"{first_line(e)}"
-                    ) from None
+                for j, fn in enumerate(fns):
+                    images = batch["image"] if fn is None else fn(batch["image"])
+                    try:
+                        feats[j].append(model(images))
+                    except EvalError:
+                        raise
+                    except (tf.errors.OpError, ValueError, TypeError) as e:
+                        raise EvalError(
+                            f"model {model.name} rejected a batch of {self.image_size}x{self.image_size} images: "
+                            f"{first_line(e)}"
+                        ) from None
+                    if keep_images:
+                        t = self.thumb_size
+                        small = images if t == self.image_size else tf.image.resize(images, [t, t], antialias=True)
+                        thumbs[j].append(np.round(np.clip(small.numpy(), 0, 1) * 255).astype(np.uint8))
                 for k, v in batch.items():
                     if k != "image":
                         fields.setdefault(k, []).append(v.numpy())
-                if keep_images:
-                    t = self.thumb_size
-                    small = images if t == self.image_size else tf.image.resize(images, [t, t], antialias=True)
-                    thumbs.append(np.round(np.clip(small.numpy(), 0, 1) * 255).astype(np.uint8))
-                count += int(images.shape[0])
+                count += int(batch["image"].shape[0])
                 now = time.perf_counter()
                 if now - last >= self.log_every:
                     self.log(f"[features] {model.name} {description}: {count} images ({count / (now - start):.0f}/s)")
@@ -475,13 +497,18 @@ class FeatureExtractor:
         self.seconds += seconds
         if count == 0:
             raise EvalError(f"{description}: no examples")
-        self.log(f"[features] {model.name} {description}: {count} images in {seconds:.1f}s")
-        return FeatureSet(
-            np.concatenate(feats),
-            {k: np.concatenate(v) for k, v in fields.items()},
-            np.concatenate(thumbs) if keep_images else None,
-            description,
-        )
+        names = "" if transforms == (None,) else f" x {len(fns)} transforms"
+        self.log(f"[features] {model.name} {description}: {count} images{names} in {seconds:.1f}s")
+        merged = {k: np.concatenate(v) for k, v in fields.items()}
+        return [
+            FeatureSet(
+                np.concatenate(feats[j]),
+                dict(merged),
+                np.concatenate(thumbs[j]) if keep_images else None,
+                description + (f"/{t}" if t else ""),
+            )
+            for j, t in enumerate(transforms)
+        ]
 
     def extract(
         self,
@@ -509,3 +536,15 @@ class FeatureExtractor:
         result = self.run(model, examples, description=desc, keep_images=keep_images)
         self._cache[key] = result
         return result
+
+    def extract_many(self, model: LoadedModel, spec: str, split: str, transforms: Sequence[str]) -> list[FeatureSet]:
+        """Cached features of ``spec``/``split`` under each image transform, in one pass over the data."""
+        keys = [(model.path, spec, split, self.image_size, t, None, self.max_examples, self.seed) for t in transforms]
+        if all(k in self._cache for k in keys):
+            return [self._cache[k] for k in keys]
+        results = self.run_many(
+            model, self.examples(spec, split), description=f"{spec}/{split}", transforms=tuple(transforms)
+        )
+        for k, r in zip(keys, results, strict=True):
+            self._cache[k] = r
+        return results

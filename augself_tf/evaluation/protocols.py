@@ -11,6 +11,7 @@ import dataclasses
 import os
 import re
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -123,25 +124,24 @@ class Evaluator:
         return os.path.join(self.config.output_dir, name)
 
     def _train_val_test(
-        self, model: LoadedModel, dataset: str, transform: str | None = None
-    ) -> tuple[FeatureSet, FeatureSet, FeatureSet, str]:
-        """Features of train / val (own split or held out of train by image) / test."""
+        self, model: LoadedModel, dataset: str, transforms: Sequence[str | None] = (None,)
+    ) -> list[tuple[FeatureSet, FeatureSet, FeatureSet, str]]:
+        """Features of train / val (own split or held out of train by image) / test, per image transform."""
         plan = linear_splits(self.access, dataset)
-        train = self.extractor.extract(model, dataset, plan.train, transform=transform)
-        test = self.extractor.extract(model, dataset, plan.test, transform=transform)
+        trains = self.extractor.extract_many(model, dataset, plan.train, transforms)
+        tests = self.extractor.extract_many(model, dataset, plan.test, transforms)
         if plan.val is not None:
-            val = self.extractor.extract(model, dataset, plan.val, transform=transform)
-            return train, val, test, f"split '{plan.val}'"
+            vals = self.extractor.extract_many(model, dataset, plan.val, transforms)
+            return [(tr, va, te, f"split '{plan.val}'") for tr, va, te in zip(trains, vals, tests, strict=True)]
         # Hold out by source image index, so every transform of one image falls on the same side.
-        ids = np.unique(train.fields["index"])
+        ids = np.unique(trains[0].fields["index"])
         _, val_ids = split_train_val(len(ids), plan.val_fraction, self.config.seed)
-        is_val = np.isin(train.fields["index"], ids[val_ids])
-        return (
-            train.subset(np.flatnonzero(~is_val)),
-            train.subset(np.flatnonzero(is_val)),
-            test,
-            f"{plan.val_fraction:.4g} of train (seed {self.config.seed})",
-        )
+        note = f"{plan.val_fraction:.4g} of train (seed {self.config.seed})"
+        out = []
+        for train, test in zip(trains, tests, strict=True):
+            is_val = np.isin(train.fields["index"], ids[val_ids])
+            out.append((train.subset(np.flatnonzero(~is_val)), train.subset(np.flatnonzero(is_val)), test, note))
+        return out
 
     def _linear(self, xtr, ytr, xva, yva, xte, yte, metric: str) -> linear.SweepResult:
         c = self.config
@@ -188,7 +188,7 @@ class Evaluator:
 
     def _run_linear(self, model: LoadedModel, dataset: str) -> list[dict]:
         c = self.config
-        train, val, test, val_src = self._train_val_test(model, dataset)
+        ((train, val, test, val_src),) = self._train_val_test(model, dataset)
         key = c.label_key
         metric = linear.metric_for_dataset(dataset, c.linear_metric)
         res = self._linear(
@@ -209,7 +209,7 @@ class Evaluator:
     def _run_probe(self, model: LoadedModel, dataset: str, kind: str) -> list[dict]:
         c = self.config
         names = [f"rot{k}" for k in range(4)] if kind == "rotation" else [f"perm{i}" for i in range(6)]
-        parts = [self._train_val_test(model, dataset, transform=t) for t in names]
+        parts = self._train_val_test(model, dataset, names)
         sets = []
         for split in range(3):
             feats = np.concatenate([p[split].features for p in parts])
