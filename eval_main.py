@@ -22,10 +22,11 @@ import sys
 from absl import app, flags
 
 PROTOCOL_CHOICES = (
-    "linear", "fewshot", "localization", "rotation", "colorperm", "retrieval", "invariance", "colorinfo", "all",
+    "linear", "fewshot", "localization", "rotation", "colorperm", "retrieval", "invariance", "colorinfo", "robustness",
+    "all",
 )
 # Analyses (docs/analyses.md): run only when named; their options are the flags with these prefixes.
-ANALYSES = ("colorinfo",)
+ANALYSES = ("colorinfo", "robustness")
 ANALYSIS_FLAG_PREFIXES = ("colorinfo_", "robustness_", "finetune_")
 
 FLAGS = flags.FLAGS
@@ -57,6 +58,9 @@ flags.DEFINE_integer("colorinfo_batch", 128, "N of the InfoNCE bound (the bound 
 flags.DEFINE_integer("colorinfo_steps", 300, "Adam steps of the InfoNCE critic.")
 flags.DEFINE_integer("colorinfo_seeds", 3, "Independent critic trainings.")
 flags.DEFINE_integer("colorinfo_eval_batches", 10, "Random test batches per critic.")
+flags.DEFINE_list("robustness_eps", ["1", "2", "4"], "FGSM step sizes in units of 1/255.")
+flags.DEFINE_list("robustness_corruptions", ["fog", "frost", "snow"], "Weather corruptions to apply.")
+flags.DEFINE_list("robustness_severities", ["1", "2", "3", "4", "5"], "Corruption severities averaged (1..5).")
 flags.DEFINE_bool("quiet", False, "No progress lines on stderr.")
 
 

@@ -6,8 +6,9 @@ import math
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
-from augself_tf.evaluation import color_info, testing
+from augself_tf.evaluation import color_info, corruptions, robustness, testing
 from augself_tf.evaluation.datasets import MemorySources
 from augself_tf.evaluation.features import load_model
 from augself_tf.evaluation.protocols import EvalConfig, Evaluator
@@ -66,3 +67,66 @@ def test_colorinfo_protocol_records(tmp_path):
     assert rec["settings"]["batch_used"] == 32 and rec["settings"]["steps"] == 60
     assert 0.3 * math.log(32) < rec["value"] <= math.log(32)
     assert rec["n_train"] == 100 and rec["n_test"] == 60
+
+
+# ----------------------------------------------------------------------------------------------------
+# Robustness
+
+
+@pytest.fixture(scope="module")
+def rect_data():
+    data = testing.rectangle_images(150, size=24, seed=3)
+    tr = {k: v[:100] for k, v in data.items()}
+    te = {k: v[100:] for k, v in data.items()}
+    return {"rect": {"train": tr, "test": te}}
+
+
+@pytest.fixture(scope="module")
+def rand_model(tmp_path_factory):
+    return testing.save_random_conv_model(str(tmp_path_factory.mktemp("m") / "rand" / "saved_model"), channels=8)
+
+
+def test_corruptions_keep_shape_and_range_and_change_the_image():
+    x = np.random.default_rng(0).random((3, 20, 28, 3)).astype(np.float32)
+    for name, fn in corruptions.CORRUPTIONS.items():
+        for sev in (1, 5):
+            y = fn(x, sev, seed=4).numpy()
+            assert y.shape == x.shape and y.dtype == np.float32, name
+            assert y.min() >= 0.0 and y.max() <= 1.0, name
+            assert np.abs(y - x).mean() > 0.02, name
+        np.testing.assert_array_equal(fn(x, 3, seed=4).numpy(), fn(x, 3, seed=4).numpy())  # seeded
+    with pytest.raises(ValueError):
+        corruptions.fog(x, 6)
+    k = corruptions.motion_blur_kernel(4, 2, -90)
+    assert k.shape == (9, 9) and k.sum() == pytest.approx(1.0)
+
+
+def test_fgsm_eps0_is_clean_and_larger_eps_does_not_help(rand_model, rect_data, tmp_path):
+    opts = {"robustness_eps": "0,4,16,64", "robustness_corruptions": "fog,snow", "robustness_severities": "2"}
+    config = EvalConfig(image_size=24, batch_size=64, label_key="color", linear_regs=3, linear_max_iter=200,
+                        output_dir=str(tmp_path), analysis_options=opts)
+    ev = Evaluator(config, MemorySources(rect_data), log=None)
+    records = ev.run(load_model(rand_model), "robustness", "rect")
+    by = {r["protocol"]: r["value"] for r in records}
+    assert set(by) == {"robustness_clean", "robustness_fgsm_eps0", "robustness_fgsm_eps4", "robustness_fgsm_eps16",
+                       "robustness_fgsm_eps64", "robustness_fog", "robustness_snow"}
+    assert by["robustness_clean"] > 50.0  # 3 colours, chance 33%
+    assert by["robustness_fgsm_eps0"] == by["robustness_clean"]
+    accs = [by[f"robustness_fgsm_eps{e}"] for e in (0, 4, 16, 64)]
+    assert all(b <= a for a, b in zip(accs, accs[1:], strict=False)), accs
+    assert accs[-1] < accs[0]
+    assert all(r["n_test"] == 50 for r in records)
+
+
+def test_fgsm_moves_every_pixel_by_eps_against_the_loss(rand_model):
+    model = load_model(rand_model)
+    x = np.random.default_rng(1).uniform(0.1, 0.9, (4, 16, 16, 3)).astype(np.float32)
+    fn = robustness.differentiable_features(model)
+    d = fn(tf.constant(x)).shape[1]
+    rng = np.random.default_rng(2)
+    coef, intercept = rng.normal(size=(d, 3)).astype(np.float32), np.zeros(3, np.float32)
+    y = np.array([0, 1, 2, -1])
+    adv = robustness.fgsm(fn, coef, intercept, x, y, 0.05).numpy()
+    step = np.abs(adv - x)
+    assert np.all((np.isclose(step, 0.05, atol=1e-6)) | (step == 0))
+    assert np.mean(step > 0) > 0.5

@@ -36,7 +36,7 @@ from augself_tf.evaluation.report import make_record
 
 PROTOCOLS: tuple[str, ...] = ("linear", "fewshot", "localization", "rotation", "colorperm", "retrieval", "invariance")
 # Analyses of the paper's appendix (docs/analyses.md): run when named, not part of 'all'.
-ANALYSES: tuple[str, ...] = ("colorinfo",)
+ANALYSES: tuple[str, ...] = ("colorinfo", "robustness")
 
 
 @dataclasses.dataclass
@@ -356,3 +356,8 @@ class Evaluator:
         from augself_tf.evaluation import color_info
 
         return color_info.run_protocol(self, model, dataset)
+
+    def _run_robustness(self, model: LoadedModel, dataset: str) -> list[dict]:
+        from augself_tf.evaluation import robustness
+
+        return robustness.run_protocol(self, model, dataset)
