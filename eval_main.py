@@ -23,10 +23,10 @@ from absl import app, flags
 
 PROTOCOL_CHOICES = (
     "linear", "fewshot", "localization", "rotation", "colorperm", "retrieval", "invariance", "colorinfo", "robustness",
-    "all",
+    "finetune", "all",
 )
 # Analyses (docs/analyses.md): run only when named; their options are the flags with these prefixes.
-ANALYSES = ("colorinfo", "robustness")
+ANALYSES = ("colorinfo", "robustness", "finetune")
 ANALYSIS_FLAG_PREFIXES = ("colorinfo_", "robustness_", "finetune_")
 
 FLAGS = flags.FLAGS
@@ -41,7 +41,10 @@ flags.DEFINE_integer("max_examples", None, "Use at most this many examples per s
 flags.DEFINE_integer("seed", 0, "Seed of subsets, validation hold-out, episodes, queries and augmentations.")
 flags.DEFINE_string("label_key", "label", "Integer label to classify/probe (e.g. color for shapes).")
 flags.DEFINE_enum("linear_metric", "auto", ["auto", "top1", "mean_per_class"], "Linear test metric.")
-flags.DEFINE_enum("linear_backend", "numpy", ["numpy", "tf", "sklearn"], "Logistic-regression solver.")
+flags.DEFINE_enum(
+    "linear_backend", "auto", ["auto", "numpy", "tf", "sklearn"],
+    "Logistic-regression solver: auto = TF matmuls for large problems, numpy for small (bench/bench_linear.py).",
+)
 flags.DEFINE_integer("linear_regs", 45, "Regularisation values swept in [1e-6, 1e5] (paper: 45).")
 flags.DEFINE_float("linear_gtol", 1e-4, "L-BFGS gradient tolerance on the mean-scaled objective.")
 flags.DEFINE_integer("linear_max_iter", 5000, "L-BFGS iterations per fit at most (paper: 5000).")
@@ -61,6 +64,13 @@ flags.DEFINE_integer("colorinfo_eval_batches", 10, "Random test batches per crit
 flags.DEFINE_list("robustness_eps", ["1", "2", "4"], "FGSM step sizes in units of 1/255.")
 flags.DEFINE_list("robustness_corruptions", ["fog", "frost", "snow"], "Weather corruptions to apply.")
 flags.DEFINE_list("robustness_severities", ["1", "2", "3", "4", "5"], "Corruption severities averaged (1..5).")
+flags.DEFINE_list("finetune_alphas", ["0.001", "0.01", "0.1", "1"], "L2SP alpha grid (backbone term).")
+flags.DEFINE_list("finetune_lrs", ["0.005", "0.01", "0.02"], "Fine-tuning learning-rate grid.")
+flags.DEFINE_float("finetune_beta", 0.01, "L2SP beta (classifier weights).")
+flags.DEFINE_integer("finetune_steps", 1000, "SGD steps per fine-tuning run.")
+flags.DEFINE_integer("finetune_batch_size", 64, "Images per fine-tuning step.")
+flags.DEFINE_integer("finetune_trials", 5, "Seeds of the final train+val runs (95% t-interval).")
+flags.DEFINE_enum("finetune_head_init", "zeros", ["zeros", "probe"], "Initial classifier.")
 flags.DEFINE_bool("quiet", False, "No progress lines on stderr.")
 
 

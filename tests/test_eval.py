@@ -315,3 +315,11 @@ def test_report_merge_and_markdown(tmp_path):
     assert "IN100 R50: SimSiam 86.89" in table
     inv = report.make_record(model="m1", protocol="invariance", dataset="stl10", metric="cosine", value=0.9, ci95=0.001)
     assert "0.9000 ± 0.0010" in report.markdown_table([inv])
+
+
+def test_auto_backend_picks_by_problem_size():
+    small = linear.LogRegFitter(np.ones((10, 4), np.float32), np.arange(10) % 2)
+    assert small.backend == "numpy"
+    n = linear.AUTO_TF_SIZE // (100 * 2)
+    large = linear.LogRegFitter(np.ones((n, 100), np.float32), np.arange(n) % 2)
+    assert large.backend == "tf"
