@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from augself_tf.evaluation import color_info, corruptions, robustness, testing
+from augself_tf.evaluation import color_info, corruptions, finetune, robustness, testing
 from augself_tf.evaluation.datasets import MemorySources
 from augself_tf.evaluation.features import load_model
 from augself_tf.evaluation.protocols import EvalConfig, Evaluator
@@ -130,3 +130,77 @@ def test_fgsm_moves_every_pixel_by_eps_against_the_loss(rand_model):
     step = np.abs(adv - x)
     assert np.all((np.isclose(step, 0.05, atol=1e-6)) | (step == 0))
     assert np.mean(step > 0) > 0.5
+
+
+# ----------------------------------------------------------------------------------------------------
+# Fine-tuning
+
+_SIG = [tf.TensorSpec([None, None, None, 3], tf.float32, name="images")]
+
+
+class _ColourBlindConv(tf.Module):
+    """A trainable conv backbone that starts (almost) colour-blind: the same kernel on R, G and B."""
+
+    def __init__(self, channels: int = 8, seed: int = 0):
+        super().__init__()
+        rng = np.random.default_rng(seed)
+        k = np.repeat(rng.normal(size=(3, 3, 1, channels)), 3, axis=2) / 3.0
+        self.kernel = tf.Variable((k + 1e-3 * rng.normal(size=k.shape)).astype(np.float32))
+        self.bias = tf.Variable(np.zeros(channels, np.float32))
+
+    @tf.function(input_signature=_SIG)
+    def serve(self, images: tf.Tensor) -> dict:
+        h = tf.nn.relu(tf.nn.conv2d(images, self.kernel, strides=2, padding="SAME") + self.bias)
+        return {"features": tf.concat([tf.reduce_mean(h, [1, 2]), tf.reduce_max(h, [1, 2])], axis=1)}
+
+
+@pytest.fixture(scope="module")
+def blind_model(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("m") / "blind" / "saved_model")
+    m = _ColourBlindConv()
+    tf.saved_model.save(m, path, signatures={"serving_default": m.serve})
+    return path
+
+
+def test_l2sp_penalty_matches_numpy():
+    rng = np.random.default_rng(0)
+    init = [rng.normal(size=(3, 4)).astype(np.float32), rng.normal(size=(5,)).astype(np.float32)]
+    now = [v + rng.normal(size=v.shape).astype(np.float32) for v in init]
+    w = rng.normal(size=(6, 2)).astype(np.float32)
+    alpha, beta = 0.1, 0.01
+    got = finetune.l2sp_penalty([tf.Variable(v) for v in now], [tf.constant(v) for v in init], tf.constant(w),
+                                alpha, beta)
+    want = alpha / 2 * sum(np.sum((a - b) ** 2) for a, b in zip(now, init, strict=True)) + beta / 2 * np.sum(w**2)
+    assert float(got) == pytest.approx(float(want), rel=1e-5)
+
+
+def test_finetune_trains_the_savedmodel_and_beats_the_initial_head(blind_model):
+    data = testing.rectangle_images(120, size=16, seed=5)
+    x, y = (data["image"] / 255).astype(np.float32), data["color"]
+    o = finetune.FinetuneOptions(steps=60, batch_size=32, head_init="probe", flip=False, alphas=(0.01,),
+                                 lrs=(0.02,), trials=1)
+    ft = finetune.Finetuner(blind_model, 3, o)
+    assert len(ft.backbone_vars) == 2  # the serving function exposes the module's variables
+    w0, b0 = finetune._probe_head(ft, x, y, 3)
+    before = ft.accuracy(x, y, tf.constant(w0), tf.constant(b0))
+    w, b = ft.fit(x, y, alpha=0.01, lr=0.02, seed=0, head=(w0, b0))
+    after = ft.accuracy(x, y, w, b)
+    assert after > before + 0.2 and after > 0.9, (before, after)
+    assert float(ft.penalty(w, 0.01)) > 0.5 * 0.01 * float(tf.reduce_sum(w**2))  # backbone moved from theta0
+    ft.reset()
+    np.testing.assert_array_equal(ft.backbone_vars[0].numpy(), ft.initial[0].numpy())
+
+
+def test_finetune_protocol_grid_trials_and_interval(blind_model, rect_data, tmp_path):
+    opts = {"finetune_alphas": "0.01,1", "finetune_lrs": "0.1", "finetune_steps": 50, "finetune_trials": 2,
+            "finetune_batch_size": 32, "finetune_head_init": "probe"}
+    config = EvalConfig(image_size=24, batch_size=64, label_key="color", output_dir=str(tmp_path),
+                        analysis_options=opts)
+    ev = Evaluator(config, MemorySources(rect_data), log=None)
+    (rec,) = ev.run(load_model(blind_model), "finetune", "rect")
+    s = rec["settings"]
+    assert rec["protocol"] == "finetune" and rec["n_test"] == 50 and rec["n_train"] == 100
+    assert [g[:2] for g in s["grid_alpha_lr_val"]] == [[0.01, 0.1], [1.0, 0.1]]
+    assert s["best_alpha"] in (0.01, 1.0) and len(s["trials_%"]) == 2 and rec["ci95"] >= 0
+    assert rec["value"] == pytest.approx(np.mean(s["trials_%"]))
+    assert rec["value"] > 50.0, (s["grid_alpha_lr_val"], s["trials_%"])  # 3 colours

@@ -36,7 +36,7 @@ from augself_tf.evaluation.report import make_record
 
 PROTOCOLS: tuple[str, ...] = ("linear", "fewshot", "localization", "rotation", "colorperm", "retrieval", "invariance")
 # Analyses of the paper's appendix (docs/analyses.md): run when named, not part of 'all'.
-ANALYSES: tuple[str, ...] = ("colorinfo", "robustness")
+ANALYSES: tuple[str, ...] = ("colorinfo", "robustness", "finetune")
 
 
 @dataclasses.dataclass
@@ -361,3 +361,8 @@ class Evaluator:
         from augself_tf.evaluation import robustness
 
         return robustness.run_protocol(self, model, dataset)
+
+    def _run_finetune(self, model: LoadedModel, dataset: str) -> list[dict]:
+        from augself_tf.evaluation import finetune
+
+        return finetune.run_protocol(self, model, dataset)
