@@ -10,6 +10,9 @@ Specs (:data:`SOURCE_HELP`):
 
 * ``shapes`` — embedded synthetic dataset (see :mod:`augself_tf.data.shapes`), no files needed;
 * ``folder:PATH`` — an image tree (see :mod:`augself_tf.data.folder`);
+* ``imagenet100`` / ``imagenet100:SPEC`` — the paper's 100 ImageNet classes (CMC split, wnids in
+  ``imagenet100.txt``, labels 0..99 in that order) taken from tfds ``imagenet2012`` (manual download) or
+  from another source SPEC with wnid class names, e.g. ``imagenet100:folder:/data/imagenet``;
 * any registered tensorflow-datasets name, optionally ``tfds:`` prefixed and with config/version
   (``stl10``, ``cifar10``, ``caltech_birds2011``, ``imagenet2012_subset/10pct``, ...).
 
@@ -105,6 +108,8 @@ def _kind(spec: str) -> tuple[str, str]:
     spec = spec.strip()
     if spec == "shapes":
         return "shapes", ""
+    if spec == "imagenet100" or spec.startswith("imagenet100:"):
+        return "imagenet100", spec[len("imagenet100:") :] or "imagenet2012"
     if spec.startswith("folder:"):
         path = spec[len("folder:") :]
         if not path:
@@ -136,6 +141,9 @@ def load_source(spec: str, split: str, *, data_dir: str | None = None) -> tf.dat
         from augself_tf.data import shapes
 
         return shapes.load(split)
+    if kind == "imagenet100":
+        ids = class_ids_from_names(_imagenet100_base_info(arg, split, data_dir), imagenet100_wnids())
+        return filter_classes(load_source(arg, split, data_dir=data_dir), ids)
     if kind == "folder":
         from augself_tf.data import folder
 
@@ -156,6 +164,8 @@ def source_info(spec: str, split: str, *, data_dir: str | None = None) -> Source
         from augself_tf.data import shapes
 
         return shapes.info(split)
+    if kind == "imagenet100":
+        return _imagenet100_info(arg, split, data_dir)
     if kind == "folder":
         from augself_tf.data import folder
 
@@ -211,3 +221,47 @@ def class_ids_from_names(info: SourceInfo, names: Sequence[str]) -> list[int]:
     if missing:
         raise ValueError(f"{len(missing)} class name(s) not in {info.name!r}, e.g. {', '.join(missing[:5])}")
     return [index[n] for n in names]
+
+
+# Images per split of the CMC ImageNet100 subset of ILSVRC-2012 (tfds ``imagenet2012`` split names).
+IMAGENET100_SIZES: dict[str, int] = {"train": 126_689, "validation": 5_000}
+
+
+def imagenet100_wnids() -> list[str]:
+    """The 100 wnids of ImageNet100 (CMC split) in the reference label order (package data)."""
+    from importlib import resources
+
+    text = resources.files("augself_tf.data").joinpath("imagenet100.txt").read_text()
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _imagenet100_base_info(base: str, split: str, data_dir: str | None) -> SourceInfo:
+    if _kind(base)[0] == "imagenet100":
+        raise ValueError(f"imagenet100:{base}: the base source cannot itself be imagenet100")
+    info = source_info(base, split, data_dir=data_dir)
+    if _kind(base)[0] == "tfds" and not info.num_examples:
+        where = data_dir or "tfds' default data_dir (~/tensorflow_datasets or $TFDS_DATA_DIR)"
+        raise FileNotFoundError(
+            f"imagenet100 reads tfds {base!r}, which is not prepared in {where}: put ILSVRC2012_img_train.tar "
+            f"and ILSVRC2012_img_val.tar in DIR/downloads/manual, run `tfds build {base} --data_dir DIR` and pass "
+            f"--data_dir=DIR; or use an ImageNet folder tree: --dataset=imagenet100:folder:PATH"
+        )
+    return info
+
+
+def _imagenet100_info(base: str, split: str, data_dir: str | None) -> SourceInfo:
+    info = _imagenet100_base_info(base, split, data_dir)
+    wnids = imagenet100_wnids()
+    keep = set(class_ids_from_names(info, wnids))
+    kind, arg = _kind(base)
+    if kind == "folder":  # count the listed classes' files (already scanned by folder.info)
+        from augself_tf.data import folder
+
+        files = folder._good_files(folder._scan(folder._resolve(arg, data_dir)), split)
+        n: int | None = sum(1 for _, label in files if label in keep)
+    else:  # counting 1.28M tfds records would take minutes: the CMC split's known sizes
+        n = IMAGENET100_SIZES.get(split)
+        if n is None:
+            raise ValueError(f"imagenet100 over tfds: split must be one of {', '.join(IMAGENET100_SIZES)}")
+    return dataclasses.replace(info, name=f"imagenet100:{info.name}", num_examples=n, num_classes=len(wnids),
+                               class_names=wnids, notes=f"ImageNet100 (CMC split) of {info.notes or info.name}")

@@ -1,0 +1,199 @@
+"""Every flagfile in flags/ parses with train_main's absl flags into the paper's settings, is listed in
+docs/experiments.md, and trains for a step at toy size; plus the `imagenet100` data source they use.
+
+Training runs in-process (one TF import) and eagerly (no step tracing). Flagfiles whose configs differ only
+in values that cannot change what runs — λ, the colour-jitter strength and model_dir — share one run: the
+others are checked to parse into exactly the representative's config apart from those values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import math
+import os
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import train_main
+from augself_tf.data.sources import imagenet100_wnids, load_source, source_info
+from augself_tf.training.loop import TrainConfig, train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLAGFILES = sorted(glob.glob(os.path.join(ROOT, "flags", "*.cfg")))
+NAMES = [os.path.basename(p)[: -len(".cfg")] for p in FLAGFILES]
+pytestmark = pytest.mark.filterwarnings("ignore:Even though the.*run_functions_eagerly:UserWarning")
+TOY = ["--dataset=shapes", "--split=train", "--width=0.0625", "--image_size=16", "--batch_size=16", "--max_steps=1"]
+
+
+def parse(name: str, *extra: str) -> TrainConfig:
+    """train_main's config for `--flagfile=flags/NAME.cfg EXTRA...` (later flags override the file)."""
+    flags = train_main.FLAGS
+    flags.unparse_flags()
+    try:
+        flags(["train_main.py", f"--flagfile={os.path.join(ROOT, 'flags', name + '.cfg')}", *extra])
+        return train_main._config()
+    finally:
+        flags.unparse_flags()
+
+
+def _signature(cfg: TrainConfig) -> TrainConfig:
+    """The config with the values that cannot change what runs blanked out."""
+    augment = dataclasses.replace(cfg.augment, jitter_strength=(0.0, 0.0, 0.0, 0.0))
+    return dataclasses.replace(cfg, model_dir="", augself_weight=0.0, augment=augment)
+
+
+def _groups() -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {}
+    by_signature: dict[str, str] = {}
+    for name in sorted(NAMES, key=len):  # the shortest name (the main experiment) represents its group
+        key = repr(_signature(parse(name, *TOY)))
+        first = by_signature.setdefault(key, name)
+        groups.setdefault(first, []).append(name)
+    return groups
+
+
+GROUPS = _groups()
+
+
+def test_there_is_a_flagfile_per_experiment():
+    assert len(NAMES) == 42
+    for m in ("simsiam", "moco", "byol", "simclr", "swav"):
+        assert {f"stl10_{m}", f"stl10_{m}_augself"} <= set(NAMES)
+    for m in ("simsiam", "moco", "supervised"):
+        assert {f"imagenet100_{m}", f"imagenet100_{m}_augself"} <= set(NAMES)
+
+
+def _expected_augself(name: str) -> tuple[str, ...]:
+    if name.endswith("_augself") or name.endswith("_cj"):
+        return ("crop", "color")
+    if m := re.search(r"_cj([rs])$", name):
+        return ("crop", "color", {"r": "rotation", "s": "solarize"}[m.group(1)])
+    if m := re.match(r"stl10_single_(\w+)$", name):
+        return (m.group(1),)
+    if m := re.match(r"stl10_simsiam_(crop|color|crop_color)_lambda", name):
+        return tuple(m.group(1).split("_"))
+    return ()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_flagfile_parses_into_the_paper_settings(name):
+    cfg = parse(name)
+    assert cfg.model_dir == f"runs/{name}"
+    assert cfg.augself == _expected_augself(name)
+    opts = {k: v for k, v in cfg.method_options.items() if v is not None}
+    if name.startswith("stl10_"):
+        assert (cfg.dataset, cfg.split, cfg.backbone, cfg.width) == ("stl10", "train+unlabeled", "resnet18", 1.0)
+        assert (cfg.augment.image_size, cfg.batch_size, cfg.epochs) == (96, 256, 200)
+        assert (cfg.lr, cfg.weight_decay) == (0.03, 5e-4)
+        lam = re.search(r"_lambda([\d.]+)$", name)
+        assert cfg.augself_weight == (float(lam.group(1)) if lam else 1.0)
+        assert cfg.augment.blur_kernel_size == 9
+    else:
+        assert name.startswith("imagenet100_")
+        assert (cfg.dataset, cfg.split, cfg.backbone, cfg.width) == ("imagenet100", "train", "resnet50", 1.0)
+        assert cfg.augment.image_size == 224 and cfg.weight_decay == 1e-4
+        assert cfg.augment.blur_kernel_size == 23
+        if cfg.augself:
+            assert cfg.augself_weight == 0.5
+    method = name.split("_")[2 if name.startswith(("stl10_rotation", "stl10_solarize", "stl10_color")) else 1]
+    method = {"single": "none"}.get(method, method)
+    assert cfg.method == method
+    s = re.match(r"stl10_color([\d.]+)_", name)
+    strength = float(s.group(1)) if s else 1.0
+    np.testing.assert_allclose(cfg.augment.jitter_strength, (0.4 * strength, 0.4 * strength, 0.4 * strength,
+                                                              0.1 * strength))
+    strong = {"rotation": cfg.augment.rotation_prob, "solarize": cfg.augment.solarize_prob}
+    for aug, prob in strong.items():
+        wanted = aug in name
+        assert prob == (0.5 if wanted else 0.0), (aug, prob)
+    # Method settings from the appendix.
+    if name.startswith("imagenet100_simsiam"):
+        assert (cfg.lr, cfg.batch_size, cfg.epochs, opts["projector_layers"]) == (0.05, 256, 500, 3)
+    if name.startswith("imagenet100_moco"):
+        assert (cfg.lr, cfg.batch_size, cfg.epochs, opts["projector_hidden"]) == (0.03, 256, 500, 2048)
+    if name.startswith("imagenet100_supervised"):
+        assert (cfg.batch_size, cfg.epochs) == (128, 100)
+    if cfg.method == "simsiam" and name.startswith("stl10_"):
+        assert opts["projector_layers"] == 2 and opts["projector_dim"] == 2048 and opts["predictor_hidden"] == 512
+    if name.startswith("stl10_moco"):
+        assert (opts["projector_hidden"], opts["projector_dim"], opts["queue_size"]) == (512, 128, 65536)
+        assert (opts["temperature"], opts["key_momentum"]) == (0.2, 0.999)
+    if cfg.method == "byol":
+        assert (opts["projector_hidden"], opts["projector_dim"], opts["predictor_hidden"]) == (4096, 256, 4096)
+        assert opts["target_momentum"] == 0.996
+    if cfg.method == "simclr":
+        assert (opts["projector_hidden"], opts["projector_dim"], opts["temperature"]) == (512, 128, 0.2)
+    if cfg.method == "swav":
+        assert (opts["projector_hidden"], opts["projector_dim"], opts["num_prototypes"]) == (2048, 128, 100)
+        assert (opts["sinkhorn_epsilon"], opts["sinkhorn_iterations"], opts["temperature"]) == (0.05, 3, 0.1)
+        assert opts["freeze_prototypes_steps"] == -1
+
+
+def test_every_flagfile_is_in_the_experiments_table_and_back():
+    with open(os.path.join(ROOT, "docs", "experiments.md")) as f:
+        doc = f.read()
+    listed = set(re.findall(r"flags/([\w.\-]+)\.cfg", doc))
+    assert listed == set(NAMES), (sorted(listed - set(NAMES)), sorted(set(NAMES) - listed))
+
+
+@pytest.fixture
+def eager():
+    tf.config.run_functions_eagerly(True)  # one step: running eagerly is cheaper than tracing the step
+    try:
+        yield
+    finally:
+        tf.config.run_functions_eagerly(False)
+
+
+@pytest.mark.parametrize("name", list(GROUPS))
+def test_flagfiles_train_a_step_at_toy_size(name, tmp_path, eager):
+    cfg = parse(name, *TOY, f"--model_dir={tmp_path}")
+    for other in GROUPS[name][1:]:  # same run apart from λ / colour strength / model_dir
+        assert _signature(parse(other, *TOY)) == _signature(cfg), other
+    cfg = dataclasses.replace(cfg, export=False, verbose=0, shuffle_buffer=64)
+    result = train(cfg)
+    assert result.steps == 1
+    assert all(math.isfinite(v) for v in result.last_logs.values()), result.last_logs
+    assert os.path.exists(os.path.join(str(tmp_path), "checkpoints", "ckpt-1.index"))
+
+
+# ----------------------------------------------------------------------------- the imagenet100 source
+def test_imagenet100_class_list_is_packaged():
+    wnids = imagenet100_wnids()
+    assert len(wnids) == len(set(wnids)) == 100 and all(re.fullmatch(r"n\d{8}", w) for w in wnids)
+    shared = os.path.join(ROOT, "..", "shared", "data", "splits", "imagenet100.txt")
+    if os.path.exists(shared):
+        with open(shared) as f:
+            assert wnids == [line.strip() for line in f if line.strip()]
+
+
+def test_imagenet100_over_a_folder_keeps_the_100_classes_in_list_order(tmp_path):
+    wnids = imagenet100_wnids()
+    rng = np.random.default_rng(0)
+    extra = ["n00000001", "n99999999"]  # ImageNet classes outside the subset
+    for i, wnid in enumerate([*wnids, *extra]):
+        d = tmp_path / "train" / wnid
+        d.mkdir(parents=True)
+        img = tf.io.encode_png(rng.integers(0, 255, [4, 4, 3], dtype=np.uint8)).numpy()
+        (d / f"{i}.png").write_bytes(img)
+    spec = f"imagenet100:folder:{tmp_path}"
+    info = source_info(spec, "train")
+    assert (info.num_examples, info.num_classes, info.class_names) == (100, 100, wnids)
+    labels = [int(ex["label"]) for ex in load_source(spec, "train")]
+    assert sorted(labels) == list(range(100))
+    # label i is the image written for wnids[i]
+    seen = {int(ex["label"]): int(ex["image"][0, 0, 0]) for ex in load_source(spec, "train")}
+    rng = np.random.default_rng(0)
+    firsts = [int(rng.integers(0, 255, [4, 4, 3], dtype=np.uint8)[0, 0, 0]) for _ in range(100)]
+    assert [seen[i] for i in range(100)] == firsts
+
+
+def test_imagenet100_without_prepared_imagenet2012_says_how_to_get_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="downloads/manual"):
+        source_info("imagenet100", "train", data_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="imagenet100"):
+        source_info("imagenet100:imagenet100", "train")
