@@ -34,13 +34,16 @@ def _free_ports(n: int) -> list[int]:
 
 
 def launch(model_dir: str, log_dir: str, extra: list[str]) -> list[tuple[int, str]]:
-    """Runs 2 workers to completion; returns [(exit code, output)] for worker 0 (chief) and worker 1."""
+    """Runs 2 workers to completion; returns [(exit code, output)] for worker 0 (chief) and worker 1.
+    Worker i's temporary files go to LOG_DIR/tmp{i}."""
     ports = _free_ports(2)
     cluster = {"worker": [f"localhost:{p}" for p in ports]}
     procs = []
     for i in range(2):
+        scratch = os.path.join(log_dir, f"tmp{i}")
+        os.makedirs(scratch, exist_ok=True)
         env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}),
-                   TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+                   TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", TMPDIR=scratch)
         log = open(os.path.join(log_dir, f"worker{i}.log"), "w")  # closed below
         cmd = [sys.executable, os.path.join(ROOT, "train_main.py"), *TINY, f"--model_dir={model_dir}", *extra]
         procs.append((subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log))
@@ -62,9 +65,12 @@ def launch(model_dir: str, log_dir: str, extra: list[str]) -> list[tuple[int, st
     return results
 
 
-def _check(results: list[tuple[int, str]]) -> None:
+def _check(results: list[tuple[int, str]], log_dir: str) -> None:
     for i, (code, out) in enumerate(results):
         assert code == 0, f"worker {i} exit {code}:\n{out[-3000:]}"
+    # The non-chief's scratch checkpoints are removed at the end of its run.
+    leftovers = [d for d in os.listdir(os.path.join(log_dir, "tmp1")) if d.startswith("augself_worker_")]
+    assert not leftovers, leftovers
 
 
 def test_two_workers_train_checkpoint_export_and_resume(tmp_path):
@@ -72,7 +78,7 @@ def test_two_workers_train_checkpoint_export_and_resume(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
     first = launch(model_dir, str(logs), ["--max_steps=3"])
-    _check(first)
+    _check(first, str(logs))
     for _, out in first:
         assert "on 2 replica(s)" in out
     ckpts = os.path.join(model_dir, "checkpoints")
@@ -83,7 +89,7 @@ def test_two_workers_train_checkpoint_export_and_resume(tmp_path):
     assert sorted(os.listdir(ckpts)) == ["checkpoint", "ckpt-3.data-00000-of-00001", "ckpt-3.index"]
 
     second = launch(model_dir, str(logs), ["--max_steps=4"])
-    _check(second)
+    _check(second, str(logs))
     for code_out in second:  # both workers resume from the chief's checkpoint and take 1 more step
         assert f"Resumed from {os.path.join(ckpts, 'ckpt-3')}" in code_out[1]
     assert os.path.exists(os.path.join(ckpts, "ckpt-4.index"))

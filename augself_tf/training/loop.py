@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -214,6 +215,8 @@ def train(cfg: TrainConfig) -> TrainResult:
     saved_model_dir = None
     if cfg.export and chief:
         saved_model_dir = export_backbone(model.backbone, os.path.join(model_dir, "saved_model"))
+    if not chief:  # the scratch checkpoints only served the collective saves
+        shutil.rmtree(write_dir, ignore_errors=True)
     if cfg.verbose:
         print(f"\nTensorBoard events: {tb_dir}   (tensorboard --logdir {tb_dir})")
         print(f"Checkpoints:        {ckpt_dir}")
