@@ -1,0 +1,241 @@
+"""Shared helpers of the benchmarks: machine description, timing, and the training step as train_main runs it.
+
+The training step is built exactly like ``augself_tf.training.loop.train`` builds it (backbone and method
+under the strategy's scope, ``build_all``, the batch-scaled SGD + cosine schedule, ``strategy.run`` inside a
+``tf.function``), but fed a synthetic batch held in memory so that the input pipeline does not interfere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+# Each configuration owns a tf.function built from the same Python function, which makes TF warn about
+# "retracing"; every configuration is traced once during its warm-up, outside the timings.
+tf.get_logger().setLevel("ERROR")
+
+# ω sizes per view (DESIGN.md §2); a synthetic batch carries all of them, as the real pipeline does.
+OMEGA_DIMS = {"crop": 4, "flip": 1, "color": 4, "blur": 1, "rotation": 1, "solarize": 1}
+
+
+def machine_info() -> dict:
+    """nproc, CPU model and flags that matter, memory, load, TF/Keras/Python versions."""
+    model, flags = "unknown", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model == "unknown":
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and not flags:
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    mem = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                key, value = line.split(":", 1)
+                if key in ("MemTotal", "MemAvailable"):
+                    mem[key] = round(int(value.split()[0]) / 2**20, 1)
+    except OSError:
+        pass
+    wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_tile")
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": model,
+        "cpu_flags": [f for f in wanted if f in flags],
+        "mem_total_gib": mem.get("MemTotal"),
+        "mem_available_gib": mem.get("MemAvailable"),
+        "loadavg": os.getloadavg(),
+        "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def print_machine(info: dict) -> None:
+    print(
+        f"# machine: nproc={info['nproc']} cpu={info['cpu']!r} flags={','.join(info['cpu_flags'])} "
+        f"mem_total={info['mem_total_gib']}GiB available={info['mem_available_gib']}GiB "
+        f"loadavg={tuple(round(x, 2) for x in info['loadavg'])} gpus={info['gpus'] or 'none'}\n"
+        f"# software: tensorflow {info['tensorflow']}, keras {info['keras']}, python {info['python']}",
+        flush=True,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """One timed unit of work: wall seconds, CPU seconds of the whole process (all threads), pairs done."""
+
+    wall: float
+    cpu: float
+    pairs: int
+
+    @property
+    def pairs_per_sec(self) -> float:
+        return self.pairs / self.wall
+
+    @property
+    def pairs_per_cpu_sec(self) -> float:
+        """Pairs per CPU-second: throughput per fully used core, much less sensitive to a shared machine."""
+        return self.pairs / max(self.cpu, 1e-9)
+
+    @property
+    def cores_used(self) -> float:
+        return self.cpu / self.wall
+
+
+def summarize(timings: list[Timing]) -> dict:
+    """Medians over repeats of pairs/s, pairs/CPU-s and cores used, plus the spread of pairs/s."""
+    rates = [t.pairs_per_sec for t in timings]
+    return {
+        "pairs_per_sec": median(rates),
+        "pairs_per_sec_min": min(rates) if rates else float("nan"),
+        "pairs_per_sec_max": max(rates) if rates else float("nan"),
+        "pairs_per_cpu_sec": median([t.pairs_per_cpu_sec for t in timings]),
+        "cores_used": median([t.cores_used for t in timings]),
+        "step_seconds": median([t.wall for t in timings]),
+        "n": len(timings),
+    }
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def synthetic_batch(batch_size: int, image_size: int, seed: int = 0) -> dict:
+    """A pretraining batch (see docs/architecture.md) of uniform noise views and plausible ω, in memory."""
+    g = tf.random.Generator.from_seed(seed)
+
+    def omega():
+        out = {name: g.uniform([batch_size, d]) for name, d in OMEGA_DIMS.items()}
+        out["flip"] = tf.round(out["flip"])
+        out["rotation"] = tf.zeros([batch_size, 1])
+        return out
+
+    return {
+        "view1": g.uniform([batch_size, image_size, image_size, 3]),
+        "view2": g.uniform([batch_size, image_size, image_size, 3]),
+        "omega1": omega(),
+        "omega2": omega(),
+        "label": tf.zeros([batch_size], tf.int64),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSpec:
+    """One training-step configuration (the train_main flags that matter for speed)."""
+
+    method: str = "simsiam"
+    augself: tuple[str, ...] = ("crop", "color")
+    backbone: str = "resnet18"
+    width: float = 1.0
+    image_size: int = 96
+    batch_size: int = 32
+    jit_compile: bool = False
+    mixed_precision: str | None = None  # None, "bfloat16" or "float16"
+
+    @property
+    def label(self) -> str:
+        aug = "+AugSelf{" + ",".join(self.augself) + "}" if self.augself else ""
+        extra = [f"{self.backbone} w{self.width:g}", f"{self.image_size}px", f"b{self.batch_size}"]
+        if self.jit_compile:
+            extra.append("jit")
+        extra.append(self.mixed_precision or "float32")
+        return f"{self.method}{aug} ({', '.join(extra)})"
+
+
+class TrainStep:
+    """A built model + its compiled step, fed one synthetic batch; `run()` returns the step's seconds."""
+
+    def __init__(self, spec: StepSpec, strategy: tf.distribute.Strategy | None = None) -> None:
+        from augself_tf.methods import build_method
+        from augself_tf.models.resnet import build_backbone
+        from augself_tf.training.optim import build_optimizer, scaled_learning_rate
+
+        self.spec = spec
+        if strategy is None:
+            from augself_tf.training.strategy import make_strategy
+
+            strategy = make_strategy("one_device")
+        previous = keras.mixed_precision.global_policy().name
+        if spec.mixed_precision:
+            keras.mixed_precision.set_global_policy(f"mixed_{spec.mixed_precision}")
+        try:
+            with strategy.scope():
+                backbone = build_backbone(spec.backbone, spec.width, synchronized_bn=False)
+                model = build_method(
+                    spec.method, backbone, options={"total_steps": 1000}, augself=spec.augself,
+                    augself_weight=1.0, weight_decay=5e-4, synchronized_bn=False,
+                )
+                model.build_all(spec.image_size)
+                optimizer = build_optimizer(0.03, spec.batch_size, 1000, mixed_precision=spec.mixed_precision)
+                model.compile(optimizer=optimizer)
+                model.base_learning_rate = scaled_learning_rate(0.03, spec.batch_size)
+                optimizer.build(model.optimized_variables())
+        finally:
+            keras.mixed_precision.set_global_policy(previous)
+        self.model = model
+        if spec.batch_size % strategy.num_replicas_in_sync:
+            raise ValueError(f"batch {spec.batch_size} not divisible by {strategy.num_replicas_in_sync} replicas")
+        per_replica = spec.batch_size // strategy.num_replicas_in_sync
+        self.batch = strategy.experimental_distribute_values_from_function(
+            lambda ctx: synthetic_batch(per_replica, spec.image_size, seed=ctx.replica_id_in_sync_group)
+        )
+
+        def replica_step(batch):
+            return model.train_step(batch)
+
+        # As loop.py: `jit_compile=cfg.jit_compile or None`.
+        @tf.function(jit_compile=spec.jit_compile or None)
+        def step_fn(batch):
+            per_replica = strategy.run(replica_step, args=(batch,))
+            return {k: strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None) for k, v in per_replica.items()}
+
+        self._step = step_fn
+
+    def run(self, batch: dict | None = None) -> Timing:
+        """One step on `batch` (default: the synthetic one); wall and process-CPU seconds until its loss is
+        on the host (the loop reads the loss every step too)."""
+        t0, c0 = time.perf_counter(), time.process_time()
+        logs = self._step(self.batch if batch is None else batch)
+        loss = float(logs["loss/total"])
+        timing = Timing(time.perf_counter() - t0, time.process_time() - c0, self.spec.batch_size)
+        if loss != loss:  # NaN would mean a broken step, not a slow one
+            raise RuntimeError(f"{self.spec.label}: loss is NaN")
+        return timing
+
+
+
+def interleaved_steps(
+    steps: dict[str, Callable[[], Timing]], *, warmup: int, repeats: int, per_round: int = 1, log: bool = True
+) -> dict[str, list[Timing]]:
+    """Warm every step up, then `repeats` rounds over all configurations (`per_round` timed steps each,
+    order reversed every other round so no configuration always follows the same neighbour)."""
+    for name, fn in steps.items():
+        t0 = time.perf_counter()
+        for _ in range(warmup):
+            fn()
+        if log:
+            print(f"  warm-up {name}: {time.perf_counter() - t0:.1f}s", flush=True)
+    times: dict[str, list[Timing]] = {name: [] for name in steps}
+    names = list(steps)
+    for r in range(repeats):
+        for name in names if r % 2 == 0 else names[::-1]:
+            for _ in range(per_round):
+                times[name].append(steps[name]())
+        gc.collect()
+    return times
