@@ -88,6 +88,9 @@ def train(cfg: TrainConfig) -> TrainResult:
     replicas = strategy.num_replicas_in_sync
     if cfg.batch_size % replicas:
         raise ValueError(f"global batch size {cfg.batch_size} is not divisible by the {replicas} replicas")
+    if cfg.jit_compile and replicas > 1:
+        # XLA cannot address variables mirrored on other devices from one cluster (measured: InvalidArgumentError).
+        raise ValueError(f"--jit_compile works on one device only; this run has {replicas} replicas")
     if cfg.mixed_precision:
         keras.mixed_precision.set_global_policy(f"mixed_{cfg.mixed_precision}")
     chief = is_chief(strategy)
