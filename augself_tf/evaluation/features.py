@@ -400,6 +400,7 @@ class FeatureExtractor:
             and (s.shape.rank == 0 or (k == "bbox" and s.shape.rank == 1))
         ]
 
+        @tf.autograph.experimental.do_not_convert  # plain graph code: no conversion, faster tracing
         def prep(index: tf.Tensor, ex: dict) -> dict:
             image = ex["image"]
             pixels = preprocess(image, size) if view is None else tf.ensure_shape(view(image, index), [size, size, 3])

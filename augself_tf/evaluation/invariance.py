@@ -25,6 +25,8 @@ def make_view_fn(image_size: int, seed: int, view: int, views: int):
 
     config = AugmentConfig(image_size=image_size)
 
+    # augment_view is graph-safe as written: skipping autograph's conversion makes tracing ~3x faster.
+    @tf.autograph.experimental.do_not_convert
     def fn(image: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
         s = tf.stack([tf.constant(seed, tf.int64), tf.cast(index, tf.int64) * views + view])
         pixels, _omega = augment_view(image, s, config)
