@@ -164,6 +164,7 @@ class TrainStep:
     def __init__(self, spec: StepSpec, strategy: tf.distribute.Strategy | None = None) -> None:
         from augself_tf.methods import build_method
         from augself_tf.models.resnet import build_backbone
+        from augself_tf.training.loop import make_distributed_step
         from augself_tf.training.optim import build_optimizer, scaled_learning_rate
 
         self.spec = spec
@@ -196,16 +197,7 @@ class TrainStep:
             lambda ctx: synthetic_batch(per_replica, spec.image_size, seed=ctx.replica_id_in_sync_group)
         )
 
-        def replica_step(batch):
-            return model.train_step(batch)
-
-        # As loop.py: `jit_compile=cfg.jit_compile or None`.
-        @tf.function(jit_compile=spec.jit_compile or None)
-        def step_fn(batch):
-            per_replica = strategy.run(replica_step, args=(batch,))
-            return {k: strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None) for k, v in per_replica.items()}
-
-        self._step = step_fn
+        self._step = make_distributed_step(strategy, model, spec.jit_compile)
 
     def run(self, batch: dict | None = None) -> Timing:
         """One step on `batch` (default: the synthetic one); wall and process-CPU seconds until its loss is

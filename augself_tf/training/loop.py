@@ -77,6 +77,17 @@ class TrainResult:
     model: keras.Model | None = None
 
 
+def make_distributed_step(strategy: tf.distribute.Strategy, model: keras.Model, jit_compile: bool = False):
+    """A tf.function running `model.train_step` on every replica and averaging its logs across them."""
+
+    @tf.function(jit_compile=jit_compile or None)
+    def step_fn(batch):
+        per_replica = strategy.run(model.train_step, args=(batch,))
+        return {k: strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None) for k, v in per_replica.items()}
+
+    return step_fn
+
+
 def _log(cfg: TrainConfig, msg: str) -> None:
     if cfg.verbose:
         print(msg, flush=True)
@@ -171,13 +182,7 @@ def train(cfg: TrainConfig) -> TrainResult:
     dist_ds = strategy.distribute_datasets_from_function(dataset_fn)
     iterator = iter(dist_ds)
 
-    def replica_step(batch):
-        return model.train_step(batch)
-
-    @tf.function(jit_compile=cfg.jit_compile or None)
-    def step_fn(batch):
-        per_replica = strategy.run(replica_step, args=(batch,))
-        return {k: strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None) for k, v in per_replica.items()}
+    step_fn = make_distributed_step(strategy, model, cfg.jit_compile)
 
     writer = summaries.make_writer(tb_dir if chief else None)
     _log(cfg, summaries.describe_run(cfg, replicas, info.num_examples, steps_per_epoch, total_steps))
