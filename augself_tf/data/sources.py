@@ -45,6 +45,8 @@ TFDS_EXAMPLES: tuple[str, ...] = (
 
 SOURCE_HELP = (
     "dataset specs: 'shapes' (embedded synthetic dataset, splits train/test, labels shape + color, bbox); "
+    "'imagenet100' or 'imagenet100:SPEC' (the paper's 100 ImageNet classes, labels 0..99, from tfds imagenet2012 "
+    "or from SPEC, e.g. 'imagenet100:folder:/data/imagenet'); "
     "'folder:PATH' (PATH/<class>/* or PATH/<split>/<class>/*; without split folders 'all' plus a "
     "stratified 70/10/20 'train'/'val'/'test' partition; optional PATH/boxes.csv); "
     "or a tensorflow-datasets name, e.g. " + ", ".join(TFDS_EXAMPLES) + " (prepared under data_dir; "
