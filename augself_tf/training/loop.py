@@ -18,7 +18,8 @@ from augself_tf.augment import AugmentConfig
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source, source_info
 from augself_tf.export.saved_model import export_backbone
-from augself_tf.methods import build_method
+from augself_tf.methods import METHODS, build_method
+from augself_tf.methods.base import AugSelfModel
 from augself_tf.models.resnet import build_backbone
 from augself_tf.training import summaries
 from augself_tf.training.optim import build_optimizer, scaled_learning_rate
@@ -130,9 +131,9 @@ def train(cfg: TrainConfig) -> TrainResult:
     with strategy.scope():
         backbone = build_backbone(cfg.backbone, cfg.width, synchronized_bn=replicas > 1)
         options = dict(cfg.method_options)
-        if cfg.method == "supervised":
+        if METHODS.get(cfg.method, AugSelfModel).needs_labels:
             if not needs_labels_ok:
-                raise ValueError(f"supervised pretraining needs class labels; '{cfg.dataset}' has none")
+                raise ValueError(f"method '{cfg.method}' needs class labels; '{cfg.dataset}' has none")
             options.setdefault("num_classes", info.num_classes)
         options.setdefault("total_steps", total_steps)
         options.setdefault("steps_per_epoch", steps_per_epoch)  # SwAV freezes its prototypes for one epoch
