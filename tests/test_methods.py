@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_methods_more import tiny_backbone
 
 from augself_tf.methods import build_method
 from augself_tf.methods.moco import info_nce
@@ -41,9 +42,11 @@ def _batch(seed: int = 0, n: int = B) -> dict:
     }
 
 
-def _model(method: str, augself=("crop", "color"), seed: int = 1, sync: bool = False, **options):
+def _model(method: str, augself=("crop", "color"), seed: int = 1, sync: bool = False, resnet: bool = True,
+           **options):
     keras.utils.set_random_seed(seed)
-    backbone = build_backbone("resnet18_cifar", 0.125, synchronized_bn=sync)
+    # Multi-replica tests use a one-conv backbone: tracing a ResNet on 2 replicas costs minutes on 2 cores.
+    backbone = build_backbone("resnet18_cifar", 0.125, synchronized_bn=sync) if resnet else tiny_backbone(sync)
     model = build_method(method, backbone, options=options, augself=augself, weight_decay=5e-4,
                          synchronized_bn=sync)
     model.build_all(S)
@@ -172,11 +175,11 @@ def _mirrored():
 
 def test_two_replicas_equal_one_device_on_the_same_global_batch():
     batch = _batch(0, n=8)
-    single = _model("simsiam", projector_dim=32, predictor_hidden=8, sync=True)
+    single = _model("simsiam", projector_dim=32, predictor_hidden=8, sync=True, resnet=False)
     _train_steps(single, [batch])
     strategy = _mirrored()
     with strategy.scope():
-        double = _model("simsiam", projector_dim=32, predictor_hidden=8, sync=True)
+        double = _model("simsiam", projector_dim=32, predictor_hidden=8, sync=True, resnet=False)
     _train_steps(double, [batch], strategy)
     for a, b in zip(single.weights, double.weights, strict=True):
         for value in replica_values(b):
@@ -188,7 +191,7 @@ def test_moco_queue_holds_keys_of_both_replicas_in_order():
     batch = _batch(5, n=8)
     with strategy.scope():
         model = _model("moco", augself=(), sync=True, queue_size=32, key_momentum=1.0, projector_dim=16,
-                       projector_hidden=16)
+                       projector_hidden=16, resnet=False)
     before = replica_values(model.queue)[0]
     _train_steps(model, [batch], strategy)
     # Key momentum 1.0 keeps the key encoder fixed, so the keys can be recomputed on the global batch
