@@ -130,3 +130,12 @@ def test_bad_input_is_one_clear_line_and_nonzero_exit(tmp_path, args, expected):
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
     assert expected in proc.stderr, proc.stderr[-2000:]
+
+
+def test_default_moco_queue_is_the_papers_or_at_most_sixty_percent_of_the_data():
+    from augself_tf.training.loop import default_queue_size
+
+    assert default_queue_size(1_281_167, 256) == 65536
+    assert default_queue_size(5000, 256) == 2816  # ≤ 0.6·5000, a whole number of batches
+    assert default_queue_size(3500, 128) == 2048
+    assert default_queue_size(100, 64) == 64  # never below one batch

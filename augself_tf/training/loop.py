@@ -89,6 +89,16 @@ def make_distributed_step(strategy: tf.distribute.Strategy, model: keras.Model, 
     return step_fn
 
 
+def default_queue_size(num_examples: int, global_batch: int, paper_size: int = 65536) -> int:
+    """The paper's 65536 keys (0.62× STL10's 105k images), capped at ~0.6× smaller datasets.
+
+    A queue longer than the dataset fills with stale keys of the very images being contrasted: on 3.5k
+    images the MoCo loss then rises during training instead of falling (measured; see docs/results.md).
+    """
+    cap = max(global_batch, int(0.6 * num_examples) // global_batch * global_batch)
+    return min(paper_size, cap)
+
+
 def _log(cfg: TrainConfig, msg: str) -> None:
     if cfg.verbose:
         print(msg, flush=True)
@@ -137,6 +147,10 @@ def train(cfg: TrainConfig) -> TrainResult:
             options.setdefault("num_classes", info.num_classes)
         options.setdefault("total_steps", total_steps)
         options.setdefault("steps_per_epoch", steps_per_epoch)  # SwAV freezes its prototypes for one epoch
+        if options.get("queue_size") is None and "queue_size" in getattr(METHODS.get(cfg.method), "options", {}):
+            options["queue_size"] = default_queue_size(info.num_examples, cfg.batch_size)
+            _log(cfg, f"MoCo queue: {options['queue_size']} keys for {info.num_examples} images "
+                      "(set --queue_size to override; the paper's flagfiles set 65536)")
         model = build_method(
             cfg.method,
             backbone,
