@@ -9,6 +9,7 @@ Running the same command again resumes from the last checkpoint in --model_dir.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -86,32 +87,15 @@ def _config():
     model_dir = FLAGS.model_dir or os.path.join(
         "runs", FLAGS.method + (f"_augself_{'_'.join(augself)}" if augself else "")
     )
-    return TrainConfig(
-        method=FLAGS.method,
-        augself=augself,
-        augself_weight=FLAGS.augself_weight,
-        dataset=FLAGS.dataset,
-        split=FLAGS.split,
-        data_dir=FLAGS.data_dir,
-        backbone=FLAGS.backbone,
-        width=FLAGS.width,
-        augment=augment,
-        batch_size=FLAGS.batch_size,
-        epochs=FLAGS.epochs,
-        max_steps=FLAGS.max_steps,
-        lr=FLAGS.lr,
-        weight_decay=FLAGS.weight_decay,
-        seed=FLAGS.seed,
-        model_dir=model_dir,
-        strategy=FLAGS.strategy,
-        cpu_replicas=FLAGS.cpu_replicas,
-        mixed_precision=FLAGS.mixed_precision,
-        jit_compile=FLAGS.jit_compile,
-        method_options={name: FLAGS[name].value for name in _METHOD_FLAGS},
-        log_every=FLAGS.log_every,
-        checkpoint_every=FLAGS.checkpoint_every,
-        cache_source=FLAGS.cache_source,
-    )
+    # Flags named like a TrainConfig field fill it; the rest are assembled above.
+    from_flags = {f.name: FLAGS[f.name].value for f in dataclasses.fields(TrainConfig) if f.name in FLAGS}
+    return TrainConfig(**{
+        **from_flags,
+        "augself": augself,
+        "augment": augment,
+        "model_dir": model_dir,
+        "method_options": {name: FLAGS[name].value for name in _METHOD_FLAGS},
+    })
 
 
 def main(argv: list[str]) -> int:
