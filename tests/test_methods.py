@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_methods_more import tiny_backbone
+from test_methods_more import _omega, tiny_backbone
 
 from augself_tf.methods import build_method
 from augself_tf.methods.moco import info_nce
@@ -18,17 +18,6 @@ from augself_tf.training.optim import build_optimizer
 
 B = 6
 S = 16
-
-
-def _omega(rng: np.random.Generator, n: int = B) -> dict:
-    return {
-        "crop": rng.uniform(0, 1, [n, 4]).astype("float32"),
-        "flip": (rng.uniform(size=[n, 1]) > 0.5).astype("float32"),
-        "color": rng.uniform(0, 1, [n, 4]).astype("float32"),
-        "blur": rng.uniform(0, 1, [n, 1]).astype("float32"),
-        "rotation": rng.integers(0, 4, [n, 1]).astype("float32"),
-        "solarize": rng.uniform(0, 1, [n, 1]).astype("float32"),
-    }
 
 
 def _batch(seed: int = 0, n: int = B) -> dict:
@@ -87,7 +76,7 @@ def test_augself_loss_matches_numpy_both_orders():
     rng = np.random.default_rng(3)
     f1 = rng.normal(size=[B, model.feature_dim]).astype("float32")
     f2 = rng.normal(size=[B, model.feature_dim]).astype("float32")
-    o1, o2 = _omega(rng), _omega(rng)
+    o1, o2 = _omega(rng, B), _omega(rng, B)
     o1["flip"][:3] = 1.0  # some pairs with view 1 flipped
     total, logs = model.augself_loss(tf.constant(f1), tf.constant(f2), o1, o2, training=False)
     pairs = np.concatenate([np.concatenate([f1, f2], 1), np.concatenate([f2, f1], 1)], 0)
