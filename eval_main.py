@@ -71,6 +71,11 @@ flags.DEFINE_integer("finetune_steps", 1000, "SGD steps per fine-tuning run.")
 flags.DEFINE_integer("finetune_batch_size", 64, "Images per fine-tuning step.")
 flags.DEFINE_integer("finetune_trials", 5, "Seeds of the final train+val runs (95% t-interval).")
 flags.DEFINE_enum("finetune_head_init", "zeros", ["zeros", "probe"], "Initial classifier.")
+flags.DEFINE_enum(
+    "strategy", "auto", ["auto", "one_device", "mirrored"],
+    "tf.distribute strategy of fine-tuning (auto: mirrored over all GPUs, or over --cpu_replicas CPUs).",
+)
+flags.DEFINE_integer("cpu_replicas", 1, "Logical CPU devices to split the CPU into (mirrored runs without GPUs).")
 flags.DEFINE_bool("quiet", False, "No progress lines on stderr.")
 
 
@@ -153,6 +158,12 @@ def run(argv_models: list[str], protocols: list[str], explicit: bool) -> int:
         analysis_options=analysis_options(),
     )
     log = None if FLAGS.quiet else log_stderr
+    if "finetune" in protocols:  # before TensorFlow touches a device: split_cpu must come first
+        from augself_tf.training.strategy import make_strategy
+
+        config.strategy = make_strategy(FLAGS.strategy, FLAGS.cpu_replicas)
+        if log:
+            log(f"[eval] finetune on {config.strategy.num_replicas_in_sync} replica(s) ({FLAGS.strategy})")
     models = [load_model(p) for p in argv_models]  # fail fast on every bad path
     names = [m.name for m in models]
     for i, m in enumerate(models):  # distinct column names

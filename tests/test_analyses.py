@@ -211,6 +211,59 @@ def test_finetune_protocol_grid_trials_and_interval(blind_model, rect_data, tmp_
     assert rec["value"] > 50.0, (s["grid_alpha_lr_val"], s["trials_%"])  # 3 colours
 
 
+def _mirrored() -> tf.distribute.Strategy:
+    cpus = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+    assert len(cpus) == 2, "conftest splits the CPU into 2 logical devices"
+    return tf.distribute.MirroredStrategy(cpus, cross_device_ops=tf.distribute.ReductionToOneDevice())
+
+
+def test_finetune_on_two_replicas_equals_one_device(blind_model):
+    data = testing.rectangle_images(64, size=16, seed=6)
+    x, y = (data["image"] / 255).astype(np.float32), data["color"]
+    o = finetune.FinetuneOptions(steps=8, batch_size=32, flip=False, alphas=(0.1,), lrs=(0.05,), trials=1)
+    results = []
+    for strategy in (None, _mirrored()):
+        ft = finetune.Finetuner(blind_model, 3, o, strategy=strategy)
+        w, b = ft.fit(x, y, alpha=0.1, lr=0.05, seed=3)
+        results.append((w.numpy(), b.numpy(), ft.backbone_vars[0].numpy(), ft.features(x[:5])))
+    assert ft.strategy.num_replicas_in_sync == 2
+    assert np.abs(results[0][2] - ft.initial[0].numpy()).max() > 1e-4  # the backbone trained
+    for one, two in zip(*results, strict=True):
+        np.testing.assert_allclose(one, two, rtol=2e-4, atol=2e-5)
+
+
+@pytest.fixture(scope="module")
+def resnet_export(tmp_path_factory):
+    from augself_tf.export.saved_model import export_backbone
+    from augself_tf.models.resnet import build_backbone
+
+    backbone = build_backbone("resnet18_cifar", width=0.0625)
+    backbone(tf.zeros([1, 16, 16, 3]))
+    return export_backbone(backbone, str(tmp_path_factory.mktemp("m") / "resnet" / "saved_model"))
+
+
+def test_finetune_updates_batchnorm_statistics_of_our_exports_under_mirrored(resnet_export, rect_data, tmp_path):
+    o = finetune.FinetuneOptions(steps=3, batch_size=16, alphas=(0.01,), lrs=(0.01,), trials=1)
+    ft = finetune.Finetuner(resnet_export, 3, o, strategy=_mirrored())
+    assert ft.batch_norm.startswith("training mode") and len(ft.state_vars) > 0
+    x = (rect_data["rect"]["train"]["image"][:32] / 255).astype(np.float32)
+    before = ft.features(x)
+    ft.fit(x, rect_data["rect"]["train"]["color"][:32], alpha=0.01, lr=0.01, seed=0)
+    moved = max(float(np.abs(v.numpy() - v0.numpy()).max()) for v, v0 in zip(ft.state_vars, ft.initial_state,
+                                                                             strict=True))
+    assert moved > 1e-3  # moving means/variances followed the fine-tuning batches
+    assert np.abs(ft.features(x) - before).max() > 1e-4
+    ft.reset()
+    np.testing.assert_allclose(ft.features(x), before, rtol=1e-5, atol=1e-6)
+
+    opts = {"finetune_alphas": "0.01", "finetune_lrs": "0.01", "finetune_steps": 2, "finetune_trials": 1,
+            "finetune_batch_size": 16}
+    config = EvalConfig(image_size=24, batch_size=64, label_key="color", output_dir=str(tmp_path),
+                        analysis_options=opts, strategy=_mirrored())
+    (rec,) = Evaluator(config, MemorySources(rect_data), log=None).run(load_model(resnet_export), "finetune", "rect")
+    assert rec["settings"]["replicas"] == 2 and rec["settings"]["batch_norm"].startswith("training mode")
+
+
 # ----------------------------------------------------------------------------------------------------
 # Sweeps (bench/sweep.py)
 

@@ -104,40 +104,128 @@ def l2sp_penalty(
     return 0.5 * alpha * sp + 0.5 * beta * tf.reduce_sum(tf.square(classifier_kernel))
 
 
+class _CosineFromVariable(tf.keras.optimizers.schedules.LearningRateSchedule):
+    """lr·½(1 + cos(π·t/T)) with lr a variable: one traced step serves every (α, lr) run."""
+
+    def __init__(self, base: tf.Variable, total_steps: int):
+        self.base, self.total_steps = base, total_steps
+
+    def __call__(self, step):
+        t = tf.minimum(tf.cast(step, tf.float32), float(self.total_steps)) / float(self.total_steps)
+        return self.base * 0.5 * (1.0 + tf.cos(math.pi * t))
+
+
 class Finetuner:
     """Fine-tunes one SavedModel backbone with a linear classifier; reusable across (α, lr, seed) runs.
 
+    The SavedModel is loaded (a private copy) under ``strategy``'s scope, so its variables are mirrored
+    and every step runs on all replicas with all-reduced gradients, as pretraining does. Exports made by
+    this project carry ``train_features`` (batch norm in training mode, moving statistics updated — as in
+    the paper's PyTorch fine-tuning); other SavedModels are fine-tuned through ``serving_default`` with
+    batch-norm statistics frozen (:attr:`batch_norm` says which).
+
     Args:
-      path: SavedModel directory (a private copy is loaded).
+      path: SavedModel directory.
       num_classes: classifier outputs.
       options: :class:`FinetuneOptions`.
       input_name, output_key: the serving signature's image input and feature output.
+      strategy: a ``tf.distribute`` strategy (default: the current one, i.e. one device).
     """
 
     def __init__(self, path: str, num_classes: int, options: FinetuneOptions, input_name: str = "images",
-                 output_key: str = "features"):
+                 output_key: str = "features", strategy: tf.distribute.Strategy | None = None):
         self.options = options
         self.num_classes = num_classes
-        self.module = tf.saved_model.load(path)
-        self.fn = self.module.signatures["serving_default"]
+        self.strategy = strategy or tf.distribute.get_strategy()
         self.input_name, self.output_key = input_name, output_key
-        self.backbone_vars = list(self.fn.trainable_variables)
+        with self.strategy.scope():
+            self.module = tf.saved_model.load(path)
+        serve = self.module.signatures["serving_default"]
+        if hasattr(self.module, "train_features") and hasattr(self.module, "trainable_weights"):
+            self.batch_norm = "training mode: batch statistics, moving averages updated"
+            self.backbone_vars = list(self.module.trainable_weights)
+            self.state_vars = list(getattr(self.module, "non_trainable_weights", []))
+            self._train_fn = self.module.train_features
+        else:
+            self.batch_norm = "frozen: pretrained moving statistics (SavedModel has no train_features)"
+            self.backbone_vars = list(serve.trainable_variables)
+            self.state_vars = []
+            self._train_fn = self._serve
+        self._serve_fn = serve
         if not self.backbone_vars:
             raise EvalError(f"SavedModel {path} has no trainable variables: nothing to fine-tune")
         self.initial = [tf.constant(v.numpy()) for v in self.backbone_vars]
+        self.initial_state = [tf.constant(v.numpy()) for v in self.state_vars]
+        self._runners: dict = {}
+        self.dim = int(self.features(np.zeros((1, 32, 32, 3), np.float32)).shape[1])
+        with self.strategy.scope():
+            self.kernel = tf.Variable(tf.zeros([self.dim, num_classes]), name="classifier_kernel")
+            self.bias = tf.Variable(tf.zeros([num_classes]), name="classifier_bias")
+            self.alpha = tf.Variable(0.0, trainable=False, name="l2sp_alpha")
+            self.base_lr = tf.Variable(0.0, trainable=False, name="base_lr")
+            self.optimizer = tf.keras.optimizers.SGD(_CosineFromVariable(self.base_lr, options.steps),
+                                                     momentum=options.momentum)
+            self.variables = self.backbone_vars + [self.kernel, self.bias]
+            self.optimizer.build(self.variables)
+        self._step = None
 
-    def features(self, images: tf.Tensor) -> tf.Tensor:
-        """Backbone features (current weights) of float images in [0, 1]."""
-        return tf.cast(self.fn(**{self.input_name: tf.cast(images, tf.float32)})[self.output_key], tf.float32)
+    def _serve(self, images: tf.Tensor) -> tf.Tensor:
+        return tf.cast(self._serve_fn(**{self.input_name: images})[self.output_key], tf.float32)
+
+    def _eval_batches(self, images: np.ndarray, fn, batch: int = 256) -> list[np.ndarray]:
+        """``fn`` on every ``batch`` images, run on all replicas; per-batch outputs in input order."""
+        n_rep = self.strategy.num_replicas_in_sync
+        bs = -(-max(batch, n_rep) // n_rep) * n_rep
+        n = len(images)
+        # Zero-padded to whole batches: an empty replica batch breaks some kernels (oneDNN batch norm).
+        padded = np.concatenate([images, np.zeros((-n % bs, *images.shape[1:]), images.dtype)]).astype(np.float32)
+        if fn not in self._runners:
+            self._runners[fn] = tf.function(lambda x: self.strategy.run(fn, (x,)))
+        run = self._runners[fn]
+        outs = []
+        for x in self.strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices(padded).batch(bs)):
+            outs.append(np.concatenate([t.numpy() for t in self.strategy.experimental_local_results(run(x))]))
+        keep = n - bs * (len(outs) - 1)
+        outs[-1] = outs[-1][:keep]
+        return outs
+
+    def features(self, images: np.ndarray) -> np.ndarray:
+        """Backbone features (current weights, BN in inference mode) of float images in [0, 1]."""
+        return np.concatenate(self._eval_batches(images, self._serve))
 
     def reset(self) -> None:
-        """Backbone back to the pretrained values θ⁰."""
-        for v, v0 in zip(self.backbone_vars, self.initial, strict=True):
+        """Backbone (weights and BN statistics) back to the pretrained values θ⁰."""
+        for v, v0 in zip(self.backbone_vars + self.state_vars, self.initial + self.initial_state, strict=True):
             v.assign(v0)
 
     def penalty(self, kernel: tf.Tensor, alpha: float) -> tf.Tensor:
         """The L2SP term for the current backbone and classifier ``kernel``."""
         return l2sp_penalty(self.backbone_vars, self.initial, kernel, alpha, self.options.beta)
+
+    def _make_step(self):
+        o = self.options
+        n_rep = self.strategy.num_replicas_in_sync
+
+        def replica_step(x: tf.Tensor, y: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+            if o.flip:
+                ctx = tf.distribute.get_replica_context()
+                replica = tf.cast(ctx.replica_id_in_sync_group, tf.int64)
+                coin = tf.random.stateless_uniform([tf.shape(x)[0], 1, 1, 1], seed=seed + replica)
+                x = tf.where(coin < 0.5, tf.reverse(x, axis=[2]), x)
+            with tf.GradientTape() as tape:
+                logits = self._train_fn(x) @ self.kernel + self.bias
+                ce = tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+                # Gradients are summed over replicas: the global-batch mean, and Ω once.
+                loss = tf.reduce_sum(ce) / float(self.global_batch) + self.penalty(self.kernel, self.alpha) / n_rep
+            grads = tape.gradient(loss, self.variables)
+            self.optimizer.apply_gradients(zip(grads, self.variables, strict=True))
+            return loss
+
+        @tf.function
+        def step(x, y, seed):
+            return self.strategy.reduce("SUM", self.strategy.run(replica_step, (x, y, seed)), axis=None)
+
+        return step
 
     def fit(
         self,
@@ -151,55 +239,38 @@ class Finetuner:
     ) -> tuple[tf.Variable, tf.Variable]:
         """Fine-tune from θ⁰ on (images float32 [n, S, S, 3], class indices [n]); returns (W, b).
 
-        ``head``: initial (W [d, k], b [k]); None = zeros.
+        ``head``: initial (W [d, k], b [k]); None = zeros. The global batch is ``batch_size`` (at most n),
+        rounded down to a multiple of the replica count.
         """
         o = self.options
-        self.reset()
-        d = int(self.features(images[:1]).shape[1])
-        w0 = np.zeros((d, self.num_classes), np.float32) if head is None else head[0]
-        b0 = np.zeros(self.num_classes, np.float32) if head is None else head[1]
-        kernel, bias = tf.Variable(w0, dtype=tf.float32), tf.Variable(b0, dtype=tf.float32)
-        variables = self.backbone_vars + [kernel, bias]
-        schedule = tf.keras.optimizers.schedules.CosineDecay(lr, o.steps)
-        opt = tf.keras.optimizers.SGD(schedule, momentum=o.momentum)
-        x_all = tf.constant(images, tf.float32)
-        y_all = tf.constant(labels, tf.int32)
+        n_rep = self.strategy.num_replicas_in_sync
         n = len(labels)
-        bs = min(o.batch_size, n)
-
-        @tf.function
-        def step(idx: tf.Tensor, flip_seed: tf.Tensor) -> tf.Tensor:
-            x = tf.gather(x_all, idx)
-            if o.flip:
-                coin = tf.random.stateless_uniform([bs, 1, 1, 1], seed=flip_seed) < 0.5
-                x = tf.where(coin, tf.reverse(x, axis=[2]), x)
-            with tf.GradientTape() as tape:
-                logits = self.features(x) @ kernel + bias
-                ce = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(tf.gather(y_all, idx), logits))
-                loss = ce + self.penalty(kernel, alpha)
-            opt.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
-            return loss
-
-        rng = np.random.default_rng(seed)
-        order = rng.permutation(n)
-        pos = 0
-        for t in range(o.steps):
-            if pos + bs > n:
-                order, pos = rng.permutation(n), 0
-            idx = order[pos : pos + bs].astype(np.int32)
-            pos += bs
-            loss = float(step(tf.constant(idx), tf.constant([seed, t], tf.int64)))
+        self.global_batch = max(n_rep, (min(o.batch_size, n) // n_rep) * n_rep)
+        self.reset()
+        self.kernel.assign(np.zeros((self.dim, self.num_classes), np.float32) if head is None else head[0])
+        self.bias.assign(np.zeros(self.num_classes, np.float32) if head is None else head[1])
+        self.alpha.assign(alpha)
+        self.base_lr.assign(lr)
+        for v in self.optimizer.variables:  # fresh momentum and step count
+            v.assign(tf.zeros_like(v))
+        if self._step is None or self._step_batch != self.global_batch:
+            self._step, self._step_batch = self._make_step(), self.global_batch
+        ds = (tf.data.Dataset.from_tensor_slices((images.astype(np.float32), labels.astype(np.int32)))
+              .shuffle(n, seed=seed, reshuffle_each_iteration=True).repeat()
+              .batch(self.global_batch, drop_remainder=True).take(o.steps))
+        for t, (x, y) in enumerate(self.strategy.experimental_distribute_dataset(ds)):
+            loss = float(self._step(x, y, tf.constant([seed, 1000 * t], tf.int64)))
             if not math.isfinite(loss):
                 raise EvalError(f"fine-tuning diverged (loss {loss}) at step {t} with alpha={alpha}, lr={lr}")
-        return kernel, bias
+        return self.kernel, self.bias
 
     def accuracy(self, images: np.ndarray, labels: np.ndarray, kernel, bias, batch: int = 256) -> float:
         """Top-1 accuracy of the current backbone + (kernel, bias) on class indices ``labels``."""
-        preds = []
-        for i in range(0, len(images), batch):
-            logits = self.features(tf.constant(images[i : i + batch])) @ kernel + bias
-            preds.append(np.argmax(logits.numpy(), axis=1))
-        return float(np.mean(np.concatenate(preds) == labels)) if len(labels) else float("nan")
+        if not len(labels):
+            return float("nan")
+        w, b = (v.numpy() if hasattr(v, "numpy") else np.asarray(v) for v in (kernel, bias))
+        preds = np.argmax(self.features(images) @ w + b, axis=1)
+        return float(np.mean(preds == labels))
 
 
 def t_interval(values: Sequence[float]) -> float:
@@ -222,6 +293,8 @@ class FinetuneResult:
       best_alpha, best_lr: selected on validation.
       grid: [[alpha, lr, val_accuracy], ...].
       seconds: wall time.
+      batch_norm: how batch norm ran (:attr:`Finetuner.batch_norm`).
+      replicas: replicas of the strategy.
     """
 
     mean: float
@@ -231,12 +304,14 @@ class FinetuneResult:
     best_lr: float
     grid: list[list[float]]
     seconds: float
+    batch_norm: str = ""
+    replicas: int = 1
 
 
 def _probe_head(ft: Finetuner, images: np.ndarray, labels: np.ndarray, num_classes: int):
     from augself_tf.evaluation import linear
 
-    feats = np.concatenate([ft.features(tf.constant(images[i : i + 256])).numpy() for i in range(0, len(images), 256)])
+    feats = ft.features(images)
     m = linear.fit_logreg(feats, labels, 1e-3, classes=np.arange(num_classes), max_iter=500)
     return m.coef.astype(np.float32), m.intercept.astype(np.float32)
 
@@ -252,6 +327,7 @@ def finetune_eval(
     input_name: str = "images",
     output_key: str = "features",
     log=None,
+    strategy: tf.distribute.Strategy | None = None,
 ) -> FinetuneResult:
     """Grid search (α, lr) on val, then ``trials`` seeds on train+val scored on test (module docstring).
 
@@ -268,7 +344,7 @@ def finetune_eval(
         pos = np.searchsorted(classes, y).clip(0, len(classes) - 1)
         return np.where(classes[pos] == y, pos, -1)
 
-    ft = Finetuner(path, len(classes), o, input_name, output_key)
+    ft = Finetuner(path, len(classes), o, input_name, output_key, strategy=strategy)
     xtr, ytr = train[0], idx(train[1])
     xva, yva = val[0], idx(val[1])
     x_all, y_all = np.concatenate([xtr, xva]), np.concatenate([ytr, yva])
@@ -295,7 +371,8 @@ def finetune_eval(
     ft.reset()
     return FinetuneResult(
         mean=float(np.mean(accs)), ci95=t_interval(accs), trials=accs, best_alpha=best[0], best_lr=best[1],
-        grid=grid, seconds=time.perf_counter() - start,
+        grid=grid, seconds=time.perf_counter() - start, batch_norm=ft.batch_norm,
+        replicas=ft.strategy.num_replicas_in_sync,
     )
 
 
@@ -341,7 +418,7 @@ def run_protocol(evaluator, model, dataset: str) -> list[dict]:
         val_src = f"{plan.val_fraction:.4g} of train (seed {c.seed})"
     res = finetune_eval(
         model.path, (xtr, ytr), (xva, yva), (xte, yte), o, seed=c.seed, input_name=model.input_name,
-        output_key=model.output_key, log=evaluator.log,
+        output_key=model.output_key, log=evaluator.log, strategy=getattr(c, "strategy", None),
     )
     return [make_record(
         model=model.name, protocol="finetune", dataset=dataset, metric="top1_%", value=100.0 * res.mean,
@@ -351,7 +428,7 @@ def run_protocol(evaluator, model, dataset: str) -> list[dict]:
             "validation": val_src, **dataclasses.asdict(o), "best_alpha": res.best_alpha, "best_lr": res.best_lr,
             "grid_alpha_lr_val": res.grid, "trials_%": [100.0 * a for a in res.trials],
             "regulariser": "L2SP: alpha/2*||theta-theta0||^2 (backbone) + beta/2*||W||^2 (classifier weights)",
-            "batch_norm": "pretrained moving statistics (serving function runs training=False)",
+            "batch_norm": res.batch_norm, "replicas": res.replicas,
             "interval": "95% Student-t over trials",
         },
     )]

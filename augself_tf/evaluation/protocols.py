@@ -12,6 +12,7 @@ import os
 import re
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -57,6 +58,8 @@ class EvalConfig:
       output_dir: where pictures go.
       analysis_options: options of the colorinfo / robustness / finetune analyses by flag name (e.g.
         ``colorinfo_steps``); each module's ``*Options.from_dict`` reads its own.
+      strategy: ``tf.distribute`` strategy of the protocols that train a network (finetune); None = one
+        device. Feature extraction for the other protocols runs on one device.
     """
 
     image_size: int = 96
@@ -79,6 +82,7 @@ class EvalConfig:
     invariance_views: int = 1
     output_dir: str = "."
     analysis_options: dict = dataclasses.field(default_factory=dict)
+    strategy: Any = None
 
     def regs(self) -> np.ndarray:
         """The regularisation sweep: ``linear_regs`` log-spaced values in [1e-6, 1e5] (45 = the paper's)."""

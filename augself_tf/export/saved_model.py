@@ -9,23 +9,35 @@ import uuid
 import keras
 import tensorflow as tf
 
+_IMAGES = [tf.TensorSpec([None, None, None, 3], tf.float32, name="images")]
+
 
 class _FeatureExtractor(tf.Module):
     def __init__(self, backbone: keras.Model) -> None:
         super().__init__(name="augself_backbone")
         self.backbone = backbone
         self.feature_dim = tf.constant(int(backbone.output_shape[-1]))
+        # Restored without Keras, the model has no variable lists of its own: fine-tuning needs these.
+        self.trainable_weights = list(backbone.trainable_variables)
+        self.non_trainable_weights = list(backbone.non_trainable_variables)
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None, None, 3], tf.float32, name="images")])
+    @tf.function(input_signature=_IMAGES)
     def serve(self, images: tf.Tensor) -> dict:
         return {"features": tf.cast(self.backbone(images, training=False), tf.float32)}
+
+    @tf.function(input_signature=_IMAGES)
+    def train_features(self, images: tf.Tensor) -> tf.Tensor:
+        # Batch statistics, and the BN moving averages updated as a side effect: fine-tuning as in PyTorch.
+        return tf.cast(self.backbone(images, training=True), tf.float32)
 
 
 def export_backbone(backbone: keras.Model, path: str) -> str:
     """Writes `path` atomically: saved to a sibling temp dir, then renamed over any previous export.
 
     The `serving_default` signature takes float32 images [N, H, W, 3] in [0, 1] and returns
-    {"features": [N, d]}.
+    {"features": [N, d]} (batch norm in inference mode). For fine-tuning, the loaded object also has
+    `train_features(images)` (batch norm in training mode: batch statistics, moving averages updated),
+    `trainable_weights` and `non_trainable_weights` (the BN moving statistics).
     """
     path = os.path.abspath(path)
     parent = os.path.dirname(path)
