@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 
-from absl import app, flags
+from absl import app, flags, logging
 
 PROTOCOL_CHOICES = (
     "linear", "fewshot", "localization", "rotation", "colorperm", "retrieval", "invariance", "colorinfo", "robustness",
@@ -203,9 +203,11 @@ def main(argv: list[str]) -> int:
     for path in models:  # before TensorFlow starts: the common mistake fails fast and quietly
         if not os.path.exists(path):
             fail(f"SavedModel not found: {path}")
-    for name, value in (("image_size", FLAGS.image_size), ("batch_size", FLAGS.batch_size)):
-        if value < 1:
-            fail(f"--{name} must be positive, got {value}")
+    for name in ("image_size", "batch_size", "cpu_replicas"):
+        if FLAGS[name].value < 1:
+            fail(f"--{name} must be positive, got {FLAGS[name].value}")
+    if not FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)  # tf.distribute's INFO lines would bury the progress lines
     protocols = parse_protocols(FLAGS.protocol)
     explicit = "all" not in [p.strip() for p in FLAGS.protocol.split(",")]
     from augself_tf.evaluation.errors import EvalError

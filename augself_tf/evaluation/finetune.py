@@ -12,14 +12,12 @@ train, as the linear protocol), then ``trials`` runs with different seeds are tr
 scored on test: mean accuracy with a 95% Student-t interval, as the paper's "averaged over 5 trials with
 95% confidence intervals".
 
-How the SavedModel is trained: ``tf.saved_model.load(path)`` returns a plain restored object with no
-``trainable_variables`` attribute (our export is a ``tf.Module`` wrapping the Keras backbone, restored
-without Keras), but its ``serving_default`` concrete function lists the variables it captures
-(``fn.trainable_variables``: conv kernels, BN γ and β) and is differentiable with respect to them. We
-load a private copy of the model for fine-tuning (the evaluator's copy is untouched) and reset it to θ⁰
-before every run. The serving function calls the backbone with ``training=False``, so **batch norm uses
-its pretrained moving statistics throughout** (frozen BN statistics; γ and β are trained) — unlike the
-paper's PyTorch fine-tuning, which updates BN statistics.
+How the SavedModel is trained: our exports carry ``train_features`` (the backbone with batch norm in
+training mode: batch statistics, moving averages updated, as the paper's PyTorch fine-tuning) and the
+variable lists ``trainable_weights`` / ``non_trainable_weights`` — a backbone restored without Keras has
+none of its own. A private copy is loaded under the strategy's scope and reset to θ⁰ (weights and BN
+statistics) before every run. Other SavedModels are trained through ``serving_default``, whose concrete
+function lists the variables it captures; their BN statistics stay frozen.
 
 Optimisation: SGD with momentum 0.9, batch ``batch_size``, ``steps`` steps with cosine learning-rate
 decay, random horizontal flips of the centre-cropped images, classifier initialised to zero (``head_init
