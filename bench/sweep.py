@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         os.remove(results)  # records of earlier sweeps would mix in
     models = ",".join(os.path.join(r["model_dir"], "saved_model") for r in rows)
     sh([[sys.executable, "eval_main.py", f"--saved_model={models}", f"--protocol={a.eval_protocols}",
-         f"--output={results}", "--quiet", *eval_args]], [log])
+         f"--output={results}", *eval_args]], [log])
     with open(results) as f:
         records = json.load(f)
     records = records["records"] if isinstance(records, dict) else records

@@ -10,6 +10,8 @@ from __future__ import annotations
 import keras
 from keras import layers
 
+from augself_tf.models.sync_bn import SyncBatchNormalization
+
 BACKBONES = ("resnet18", "resnet50", "resnet18_cifar")
 
 _STAGES = {
@@ -19,15 +21,11 @@ _STAGES = {
 }
 
 
-def _bn(synchronized: bool, zero_init: bool = False, name: str | None = None) -> layers.Layer:
-    # PyTorch defaults (momentum 0.1 there = 0.9 here, eps 1e-5) so the paper's recipe carries over.
-    return layers.BatchNormalization(
-        momentum=0.9,
-        epsilon=1e-5,
-        synchronized=synchronized,
-        gamma_initializer="zeros" if zero_init else "ones",
-        name=name,
-    )
+def batch_norm(synchronized: bool, zero_init: bool = False, name: str | None = None) -> layers.Layer:
+    """BN with PyTorch's defaults (momentum 0.1 there = 0.9 here, eps 1e-5) so the paper's recipe carries
+    over; `synchronized`: statistics over all replicas (:class:`SyncBatchNormalization`)."""
+    kind = SyncBatchNormalization if synchronized else layers.BatchNormalization
+    return kind(momentum=0.9, epsilon=1e-5, gamma_initializer="zeros" if zero_init else "ones", name=name)
 
 
 def _conv(filters: int, kernel: int, stride: int, name: str) -> layers.Layer:
@@ -47,19 +45,19 @@ def _block(x, filters: int, stride: int, kind: str, sync: bool, name: str):
     shortcut = x
     if stride != 1 or x.shape[-1] != out_filters:
         shortcut = _conv(out_filters, 1, stride, f"{name}_down_conv")(x)
-        shortcut = _bn(sync, name=f"{name}_down_bn")(shortcut)
+        shortcut = batch_norm(sync, name=f"{name}_down_bn")(shortcut)
     if kind == "basic":
         y = _conv(filters, 3, stride, f"{name}_conv1")(x)
-        y = layers.ReLU()(_bn(sync, name=f"{name}_bn1")(y))
+        y = layers.ReLU()(batch_norm(sync, name=f"{name}_bn1")(y))
         y = _conv(filters, 3, 1, f"{name}_conv2")(y)
-        y = _bn(sync, zero_init=True, name=f"{name}_bn2")(y)
+        y = batch_norm(sync, zero_init=True, name=f"{name}_bn2")(y)
     else:
         y = _conv(filters, 1, 1, f"{name}_conv1")(x)
-        y = layers.ReLU()(_bn(sync, name=f"{name}_bn1")(y))
+        y = layers.ReLU()(batch_norm(sync, name=f"{name}_bn1")(y))
         y = _conv(filters, 3, stride, f"{name}_conv2")(y)
-        y = layers.ReLU()(_bn(sync, name=f"{name}_bn2")(y))
+        y = layers.ReLU()(batch_norm(sync, name=f"{name}_bn2")(y))
         y = _conv(out_filters, 1, 1, f"{name}_conv3")(y)
-        y = _bn(sync, zero_init=True, name=f"{name}_bn3")(y)
+        y = batch_norm(sync, zero_init=True, name=f"{name}_bn3")(y)
     return layers.ReLU()(layers.Add()([shortcut, y]))
 
 
@@ -86,11 +84,11 @@ def build_backbone(
     inputs = keras.Input((None, None, 3), name="images")
     if stem == "imagenet":
         x = _conv(base, 7, 2, "stem_conv")(inputs)
-        x = layers.ReLU()(_bn(synchronized_bn, name="stem_bn")(x))
+        x = layers.ReLU()(batch_norm(synchronized_bn, name="stem_bn")(x))
         x = layers.MaxPooling2D(3, 2, padding="same")(x)
     else:
         x = _conv(base, 3, 1, "stem_conv")(inputs)
-        x = layers.ReLU()(_bn(synchronized_bn, name="stem_bn")(x))
+        x = layers.ReLU()(batch_norm(synchronized_bn, name="stem_bn")(x))
     for stage, depth in enumerate(depths):
         for i in range(depth):
             stride = 2 if (i == 0 and stage > 0) else 1
@@ -118,11 +116,7 @@ def mlp(
         use_bn = (last and last_bn) or (not last and hidden_bn)
         stack.append(layers.Dense(d, use_bias=not use_bn, name=f"{name}_fc{i + 1}"))
         if use_bn:
-            stack.append(
-                layers.BatchNormalization(
-                    momentum=0.9, epsilon=1e-5, synchronized=synchronized_bn, name=f"{name}_bn{i + 1}"
-                )
-            )
+            stack.append(batch_norm(synchronized_bn, name=f"{name}_bn{i + 1}"))
         if not last:
             stack.append(layers.ReLU(name=f"{name}_relu{i + 1}"))
     return keras.Sequential(stack, name=name)
