@@ -246,6 +246,6 @@ def run_protocol(evaluator, model, dataset: str) -> list[dict]:
             **dataclasses.asdict(o), "batch_used": res.batch, "log_N": res.log_n,
             "train_bound": res.train_bound, "estimates": len(res.estimates),
             "colour": f"joint RGB histogram, {o.bins}^3 bins, of the centre-cropped eval image",
-            "critic": "dot product of two 2-layer MLPs, Adam on train pairs; bound on test batches",
+            "critic": "cosine of two 2-layer MLP embeddings / temperature; Adam on train pairs, bound on test batches",
         },
     )]
