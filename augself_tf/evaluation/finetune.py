@@ -166,6 +166,7 @@ class Finetuner:
             self.variables = self.backbone_vars + [self.kernel, self.bias]
             self.optimizer.build(self.variables)
         self._step = None
+        self.log = None  # a callable taking progress lines, or None
 
     def _serve(self, images: tf.Tensor) -> tf.Tensor:
         return tf.cast(self._serve_fn(**{self.input_name: images})[self.output_key], tf.float32)
@@ -253,6 +254,7 @@ class Finetuner:
             v.assign(tf.zeros_like(v))
         if self._step is None or self._step_batch != self.global_batch:
             self._step, self._step_batch = self._make_step(), self.global_batch
+        start = time.perf_counter()
         ds = (tf.data.Dataset.from_tensor_slices((images.astype(np.float32), labels.astype(np.int32)))
               .shuffle(n, seed=seed, reshuffle_each_iteration=True).repeat()
               .batch(self.global_batch, drop_remainder=True).take(o.steps))
@@ -260,6 +262,8 @@ class Finetuner:
             loss = float(self._step(x, y, tf.constant([seed, 1000 * t], tf.int64)))
             if not math.isfinite(loss):
                 raise EvalError(f"fine-tuning diverged (loss {loss}) at step {t} with alpha={alpha}, lr={lr}")
+            if self.log and (t + 1) % max(1, o.steps // 4) == 0 and t + 1 < o.steps:
+                self.log(f"    step {t + 1}/{o.steps} loss {loss:.4f} ({time.perf_counter() - start:.0f}s)")
         return self.kernel, self.bias
 
     def accuracy(self, images: np.ndarray, labels: np.ndarray, kernel, bias, batch: int = 256) -> float:
@@ -343,6 +347,7 @@ def finetune_eval(
         return np.where(classes[pos] == y, pos, -1)
 
     ft = Finetuner(path, len(classes), o, input_name, output_key, strategy=strategy)
+    ft.log = log
     xtr, ytr = train[0], idx(train[1])
     xva, yva = val[0], idx(val[1])
     x_all, y_all = np.concatenate([xtr, xva]), np.concatenate([ytr, yva])
