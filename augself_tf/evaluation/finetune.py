@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -154,7 +154,10 @@ class Finetuner:
             raise EvalError(f"SavedModel {path} has no trainable variables: nothing to fine-tune")
         self.initial = [tf.constant(v.numpy()) for v in self.backbone_vars]
         self.initial_state = [tf.constant(v.numpy()) for v in self.state_vars]
-        self._runners: dict = {}
+        # Zero-padded batches of `_eval_batch` images: an empty replica batch breaks oneDNN batch norm.
+        n_rep = self.strategy.num_replicas_in_sync
+        self._eval_batch = -(-max(256, n_rep) // n_rep) * n_rep
+        self._serve_on_replicas = tf.function(lambda x: self.strategy.run(self._serve, (x,)))
         self.dim = int(self.features(np.zeros((1, 32, 32, 3), np.float32)).shape[1])
         with self.strategy.scope():
             self.kernel = tf.Variable(tf.zeros([self.dim, num_classes]), name="classifier_kernel")
@@ -165,32 +168,22 @@ class Finetuner:
                                                      momentum=options.momentum)
             self.variables = self.backbone_vars + [self.kernel, self.bias]
             self.optimizer.build(self.variables)
-        self._step = None
+        self._steps: dict[int, Callable] = {}  # traced training step per global batch size
         self.log = None  # a callable taking progress lines, or None
 
     def _serve(self, images: tf.Tensor) -> tf.Tensor:
         return tf.cast(self._serve_fn(**{self.input_name: images})[self.output_key], tf.float32)
 
-    def _eval_batches(self, images: np.ndarray, fn, batch: int = 256) -> list[np.ndarray]:
-        """``fn`` on every ``batch`` images, run on all replicas; per-batch outputs in input order."""
-        n_rep = self.strategy.num_replicas_in_sync
-        bs = -(-max(batch, n_rep) // n_rep) * n_rep
-        n = len(images)
-        # Zero-padded to whole batches: an empty replica batch breaks some kernels (oneDNN batch norm).
+    def features(self, images: np.ndarray) -> np.ndarray:
+        """Backbone features (current weights, BN in inference mode) of float images in [0, 1], computed
+        on all replicas."""
+        bs, n = self._eval_batch, len(images)
         padded = np.concatenate([images, np.zeros((-n % bs, *images.shape[1:]), images.dtype)]).astype(np.float32)
-        if fn not in self._runners:
-            self._runners[fn] = tf.function(lambda x: self.strategy.run(fn, (x,)))
-        run = self._runners[fn]
         outs = []
         for x in self.strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices(padded).batch(bs)):
-            outs.append(np.concatenate([t.numpy() for t in self.strategy.experimental_local_results(run(x))]))
-        keep = n - bs * (len(outs) - 1)
-        outs[-1] = outs[-1][:keep]
-        return outs
-
-    def features(self, images: np.ndarray) -> np.ndarray:
-        """Backbone features (current weights, BN in inference mode) of float images in [0, 1]."""
-        return np.concatenate(self._eval_batches(images, self._serve))
+            parts = self.strategy.experimental_local_results(self._serve_on_replicas(x))
+            outs.extend(t.numpy() for t in parts)
+        return np.concatenate(outs)[:n]
 
     def reset(self) -> None:
         """Backbone (weights and BN statistics) back to the pretrained values θ⁰."""
@@ -201,7 +194,7 @@ class Finetuner:
         """The L2SP term for the current backbone and classifier ``kernel``."""
         return l2sp_penalty(self.backbone_vars, self.initial, kernel, alpha, self.options.beta)
 
-    def _make_step(self):
+    def _make_step(self, global_batch: int) -> Callable:
         o = self.options
         n_rep = self.strategy.num_replicas_in_sync
 
@@ -215,7 +208,7 @@ class Finetuner:
                 logits = self._train_fn(x) @ self.kernel + self.bias
                 ce = tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
                 # Gradients are summed over replicas: the global-batch mean, and Ω once.
-                loss = tf.reduce_sum(ce) / float(self.global_batch) + self.penalty(self.kernel, self.alpha) / n_rep
+                loss = tf.reduce_sum(ce) / float(global_batch) + self.penalty(self.kernel, self.alpha) / n_rep
             grads = tape.gradient(loss, self.variables)
             self.optimizer.apply_gradients(zip(grads, self.variables, strict=True))
             return loss
@@ -244,7 +237,7 @@ class Finetuner:
         o = self.options
         n_rep = self.strategy.num_replicas_in_sync
         n = len(labels)
-        self.global_batch = max(n_rep, (min(o.batch_size, n) // n_rep) * n_rep)
+        global_batch = max(n_rep, (min(o.batch_size, n) // n_rep) * n_rep)
         self.reset()
         self.kernel.assign(np.zeros((self.dim, self.num_classes), np.float32) if head is None else head[0])
         self.bias.assign(np.zeros(self.num_classes, np.float32) if head is None else head[1])
@@ -252,21 +245,22 @@ class Finetuner:
         self.base_lr.assign(lr)
         for v in self.optimizer.variables:  # fresh momentum and step count
             v.assign(tf.zeros_like(v))
-        if self._step is None or self._step_batch != self.global_batch:
-            self._step, self._step_batch = self._make_step(), self.global_batch
+        if global_batch not in self._steps:
+            self._steps[global_batch] = self._make_step(global_batch)
+        step = self._steps[global_batch]
         start = time.perf_counter()
         ds = (tf.data.Dataset.from_tensor_slices((images.astype(np.float32), labels.astype(np.int32)))
               .shuffle(n, seed=seed, reshuffle_each_iteration=True).repeat()
-              .batch(self.global_batch, drop_remainder=True).take(o.steps))
+              .batch(global_batch, drop_remainder=True).take(o.steps))
         for t, (x, y) in enumerate(self.strategy.experimental_distribute_dataset(ds)):
-            loss = float(self._step(x, y, tf.constant([seed, 1000 * t], tf.int64)))
+            loss = float(step(x, y, tf.constant([seed, 1000 * t], tf.int64)))
             if not math.isfinite(loss):
                 raise EvalError(f"fine-tuning diverged (loss {loss}) at step {t} with alpha={alpha}, lr={lr}")
             if self.log and (t + 1) % max(1, o.steps // 4) == 0 and t + 1 < o.steps:
                 self.log(f"    step {t + 1}/{o.steps} loss {loss:.4f} ({time.perf_counter() - start:.0f}s)")
         return self.kernel, self.bias
 
-    def accuracy(self, images: np.ndarray, labels: np.ndarray, kernel, bias, batch: int = 256) -> float:
+    def accuracy(self, images: np.ndarray, labels: np.ndarray, kernel, bias) -> float:
         """Top-1 accuracy of the current backbone + (kernel, bias) on class indices ``labels``."""
         if not len(labels):
             return float("nan")
