@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import mirrored_cpus
 
 from augself_tf.evaluation import color_info, corruptions, finetune, robustness, testing
 from augself_tf.evaluation.datasets import MemorySources
@@ -200,7 +201,7 @@ def test_finetune_protocol_grid_trials_and_interval(blind_model, rect_data, tmp_
     opts = {"finetune_alphas": "0.01,1", "finetune_lrs": "0.02", "finetune_steps": 50, "finetune_trials": 2,
             "finetune_batch_size": 32, "finetune_head_init": "probe"}
     config = EvalConfig(image_size=24, batch_size=64, label_key="color", output_dir=str(tmp_path),
-                        analysis_options=opts, strategy=_mirrored())
+                        analysis_options=opts, strategy=mirrored_cpus())
     ev = Evaluator(config, MemorySources(rect_data), log=None)
     (rec,) = ev.run(load_model(blind_model), "finetune", "rect")
     s = rec["settings"]
@@ -212,18 +213,12 @@ def test_finetune_protocol_grid_trials_and_interval(blind_model, rect_data, tmp_
     assert s["replicas"] == 2 and s["batch_norm"].startswith("frozen")  # not one of our exports
 
 
-def _mirrored() -> tf.distribute.Strategy:
-    cpus = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
-    assert len(cpus) == 2, "conftest splits the CPU into 2 logical devices"
-    return tf.distribute.MirroredStrategy(cpus, cross_device_ops=tf.distribute.ReductionToOneDevice())
-
-
 def test_finetune_on_two_replicas_equals_one_device(blind_model):
     data = testing.rectangle_images(64, size=16, seed=6)
     x, y = (data["image"] / 255).astype(np.float32), data["color"]
     o = finetune.FinetuneOptions(steps=8, batch_size=32, flip=False, alphas=(0.1,), lrs=(0.05,), trials=1)
     results = []
-    for strategy in (None, _mirrored()):
+    for strategy in (None, mirrored_cpus()):
         ft = finetune.Finetuner(blind_model, 3, o, strategy=strategy)
         w, b = ft.fit(x, y, alpha=0.1, lr=0.05, seed=3)
         results.append((w.numpy(), b.numpy(), ft.backbone_vars[0].numpy(), ft.features(x[:5])))
@@ -245,7 +240,7 @@ def resnet_export(tmp_path_factory):
 
 def test_finetune_updates_batchnorm_statistics_of_our_exports_under_mirrored(resnet_export, rect_data):
     o = finetune.FinetuneOptions(steps=3, batch_size=16, alphas=(0.01,), lrs=(0.01,), trials=1)
-    ft = finetune.Finetuner(resnet_export, 3, o, strategy=_mirrored())
+    ft = finetune.Finetuner(resnet_export, 3, o, strategy=mirrored_cpus())
     assert ft.batch_norm.startswith("training mode") and len(ft.state_vars) > 0
     x = (rect_data["rect"]["train"]["image"][:32] / 255).astype(np.float32)
     before = ft.features(x)

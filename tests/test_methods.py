@@ -9,7 +9,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import mirrored_cpus
 from test_methods_more import _omega, tiny_backbone
+from test_methods_more import batch as make_batch
 
 from augself_tf.methods import build_method
 from augself_tf.methods.moco import info_nce
@@ -18,17 +20,6 @@ from augself_tf.training.optim import build_optimizer
 
 B = 6
 S = 16
-
-
-def _batch(seed: int = 0, n: int = B) -> dict:
-    rng = np.random.default_rng(seed)
-    return {
-        "view1": rng.uniform(0, 1, [n, S, S, 3]).astype("float32"),
-        "view2": rng.uniform(0, 1, [n, S, S, 3]).astype("float32"),
-        "omega1": _omega(rng, n),
-        "omega2": _omega(rng, n),
-        "label": rng.integers(0, 3, [n]).astype("int64"),
-    }
 
 
 def _model(method: str, augself=("crop", "color"), seed: int = 1, sync: bool = False, resnet: bool = True,
@@ -155,18 +146,11 @@ def replica_values(var) -> list[np.ndarray]:
     return [np.asarray(v) for v in getattr(tf_var, "values", [tf_var])]
 
 
-def _mirrored():
-    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
-    if len(devices) < 2:
-        pytest.skip("needs 2 logical CPUs (set up in conftest)")
-    return tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
-
-
 def test_two_replicas_equal_one_device_on_the_same_global_batch():
-    batch = _batch(0, n=8)
+    batch = make_batch(0, n=8, size=S)
     single = _model("simsiam", projector_dim=32, predictor_hidden=8, sync=True, resnet=False)
     _train_steps(single, [batch])
-    strategy = _mirrored()
+    strategy = mirrored_cpus()
     with strategy.scope():
         double = _model("simsiam", projector_dim=32, predictor_hidden=8, sync=True, resnet=False)
     _train_steps(double, [batch], strategy)
@@ -176,8 +160,8 @@ def test_two_replicas_equal_one_device_on_the_same_global_batch():
 
 
 def test_moco_queue_holds_keys_of_both_replicas_in_order():
-    strategy = _mirrored()
-    batch = _batch(5, n=8)
+    strategy = mirrored_cpus()
+    batch = make_batch(5, n=8, size=S)
     with strategy.scope():
         model = _model("moco", augself=(), sync=True, queue_size=32, key_momentum=1.0, projector_dim=16,
                        projector_hidden=16, resnet=False)
@@ -200,7 +184,7 @@ def test_moco_queue_holds_keys_of_both_replicas_in_order():
 def test_augself_loss_falls_on_a_fixed_batch(method):
     model = _model(method, augself=("crop", "color"), queue_size=16, projector_dim=16, projector_hidden=16,
                    predictor_hidden=8)
-    batch = _batch(2, n=16)
+    batch = make_batch(2, n=16, size=S)
     logs = _train_steps(model, [batch] * 30, lr=0.1)
     first, last = float(logs[0]["loss/augself"]), float(logs[-1]["loss/augself"])
     assert np.isfinite([float(v) for v in logs[-1].values()]).all()

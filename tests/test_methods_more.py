@@ -14,6 +14,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import mirrored_cpus as mirrored
 
 from augself_tf.methods import METHODS, build_method
 from augself_tf.methods.byol import cosine_tau
@@ -60,22 +61,16 @@ def _omega(rng, n):
     }
 
 
-def batch(seed: int = 0, n: int = 8) -> dict:
+def batch(seed: int = 0, n: int = 8, size: int = S) -> dict:
+    """Random views, ω and labels of ``n`` examples at ``size`` px."""
     rng = np.random.default_rng(seed)
     return {
-        "view1": rng.uniform(0, 1, [n, S, S, 3]).astype("float32"),
-        "view2": rng.uniform(0, 1, [n, S, S, 3]).astype("float32"),
+        "view1": rng.uniform(0, 1, [n, size, size, 3]).astype("float32"),
+        "view2": rng.uniform(0, 1, [n, size, size, 3]).astype("float32"),
         "omega1": _omega(rng, n),
         "omega2": _omega(rng, n),
         "label": rng.integers(0, 3, [n]).astype("int64"),
     }
-
-
-def mirrored() -> tf.distribute.MirroredStrategy:
-    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
-    if len(devices) < 2:
-        pytest.skip("needs 2 logical CPUs (set up in conftest)")
-    return tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
 
 
 def _halves(tree, i: int):

@@ -6,14 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import mirrored_cpus
 from keras import layers
 
 from augself_tf.models.sync_bn import SyncBatchNormalization
-
-
-def _mirrored() -> tf.distribute.Strategy:
-    cpus = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
-    return tf.distribute.MirroredStrategy(cpus, cross_device_ops=tf.distribute.ReductionToOneDevice())
 
 
 def _run(make_bn, strategy, x: np.ndarray, w: np.ndarray):
@@ -53,10 +49,10 @@ def test_two_replicas_equal_one_device_and_keras_synchronized(shape):
     x = (rng.normal(size=shape) * 2 + 1).astype(np.float32)
     w = rng.normal(size=shape).astype(np.float32)
     one = _run(lambda: layers.BatchNormalization(momentum=0.9, epsilon=1e-5), tf.distribute.get_strategy(), x, w)
-    ours = _run(lambda: SyncBatchNormalization(momentum=0.9, epsilon=1e-5), _mirrored(), x, w)
+    ours = _run(lambda: SyncBatchNormalization(momentum=0.9, epsilon=1e-5), mirrored_cpus(), x, w)
     keras_sync = _run(lambda: layers.BatchNormalization(momentum=0.9, epsilon=1e-5, synchronized=True),
-                      _mirrored(), x, w)
-    local = _run(lambda: layers.BatchNormalization(momentum=0.9, epsilon=1e-5), _mirrored(), x, w)
+                      mirrored_cpus(), x, w)
+    local = _run(lambda: layers.BatchNormalization(momentum=0.9, epsilon=1e-5), mirrored_cpus(), x, w)
     for a, b, c in zip(one, ours, keras_sync, strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(b, c, rtol=1e-4, atol=1e-5)
