@@ -16,6 +16,7 @@ on stderr and exit status 2.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -135,28 +136,15 @@ def run(argv_models: list[str], protocols: list[str], explicit: bool) -> int:
     except ValueError:
         fail(f"--fewshot_shots must be integers, got {','.join(FLAGS.fewshot_shots)}")
     output = FLAGS.output or default_output(argv_models[0])
-    config = EvalConfig(
-        image_size=FLAGS.image_size,
-        batch_size=FLAGS.batch_size,
-        max_examples=FLAGS.max_examples,
-        seed=FLAGS.seed,
-        label_key=FLAGS.label_key,
-        linear_metric=FLAGS.linear_metric,
-        linear_backend=FLAGS.linear_backend,
-        linear_regs=FLAGS.linear_regs,
-        linear_gtol=FLAGS.linear_gtol,
-        linear_max_iter=FLAGS.linear_max_iter,
-        fewshot_ways=FLAGS.fewshot_ways,
-        fewshot_shots=shots,
-        fewshot_queries=FLAGS.fewshot_queries,
-        fewshot_episodes=FLAGS.fewshot_episodes,
-        fewshot_solver=FLAGS.fewshot_solver,
-        retrieval_k=FLAGS.retrieval_k,
-        retrieval_queries=FLAGS.retrieval_queries,
-        invariance_views=FLAGS.invariance_views,
-        output_dir=os.path.dirname(os.path.abspath(output)),
-        analysis_options=analysis_options(),
-    )
+    # Flags named like an EvalConfig field fill it (as train_main's TrainConfig); the rest are assembled here.
+    from_flags = {f.name: FLAGS[f.name].value for f in dataclasses.fields(EvalConfig) if f.name in FLAGS}
+    config = EvalConfig(**{
+        **from_flags,
+        "fewshot_shots": shots,
+        "output_dir": os.path.dirname(os.path.abspath(output)),
+        "analysis_options": analysis_options(),
+        "strategy": None,  # --strategy names one; it is built below only when fine-tuning needs it
+    })
     log = None if FLAGS.quiet else log_stderr
     if "finetune" in protocols:  # before TensorFlow touches a device: split_cpu must come first
         from augself_tf.training.strategy import make_strategy
