@@ -26,7 +26,7 @@ flags.DEFINE_string("augself", "crop,color", "Comma-separated ω to predict (cro
                     "solarize); '' or 'none' turns AugSelf off.")
 flags.DEFINE_float("augself_weight", 1.0, "λ: total = L_method + λ·Σ L_aug (paper: 1.0 STL10, 0.5 ImageNet100).")
 flags.DEFINE_string("dataset", "shapes", "'shapes' (embedded), a tfds name (stl10, ...) or folder:PATH.")
-flags.DEFINE_string("split", "train", "Split(s) to pretrain on, e.g. 'train+unlabeled' for STL10.")
+flags.DEFINE_string("split", "train", "Split(s) to pretrain on, e.g. 'train+unlabelled' for STL10 (tfds' spelling).")
 flags.DEFINE_string("data_dir", None, "tensorflow-datasets data_dir.")
 flags.DEFINE_enum("backbone", "resnet18_cifar", ["resnet18", "resnet50", "resnet18_cifar"], "Backbone.")
 flags.DEFINE_float("width", 0.125, "Channel multiplier of the backbone (1.0 = standard ResNet).")

@@ -16,7 +16,7 @@ shared machine.
 
     python bench/bench_pipeline.py                      # the committed figures (docs/benchmarks.md), ~8 min
     python bench/bench_pipeline.py --sizes=96 --repeats=1 --skip_default_run   # quick look
-    python bench/bench_pipeline.py --sources=stl10@train+unlabeled --sizes=96 --step_batch_size=256
+    python bench/bench_pipeline.py --sources=stl10@train+unlabelled --sizes=96 --step_batch_size=256
     python bench/bench_pipeline.py --op_breakdown --sources=folder:/work/shared/data/tiny-imagenet-mini@all
 """
 

@@ -339,7 +339,7 @@ def test_tfds_mock_caltech_birds_bbox_and_stl10_expression():
     with tfds.testing.mock_data(num_examples=3):
         birds = _take(load_source("caltech_birds2011", "test"))
         info = source_info("caltech_birds2011", "test")
-        stl = _take(load_source("stl10", "train+unlabeled"))
+        stl = _take(load_source("stl10", "train+unlabelled"))
     assert info.has_bbox and info.num_classes == 200
     assert set(birds[0]) == {"image", "label", "bbox"}
     assert birds[0]["bbox"].shape == (4,) and birds[0]["bbox"].dtype == np.float32
@@ -378,3 +378,29 @@ def test_filter_classes_relabels():
         class_ids_from_names(info, ["z"])
     with pytest.raises(ValueError):
         filter_classes(ds, [1, 1])
+
+
+@pytest.mark.parametrize(
+    "name, splits",
+    [
+        ("stl10", ("test", "train", "unlabelled")),
+        ("cifar10", ("test", "train")),
+        ("oxford_flowers102", ("test", "train", "validation")),
+        ("imagenet2012", ("test", "train", "validation")),
+        ("caltech_birds2011", ("test", "train")),
+    ],
+)
+def test_tfds_declared_splits_known_without_data(name, splits, tmp_path):
+    info = source_info(name, "train", data_dir=str(tmp_path))
+    assert info.num_examples is None and info.splits == splits
+
+
+def test_tfds_misspelt_split_rejected_before_reading_even_under_mock_data(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown split 'train\+unlabeled'.*test, train, unlabelled"):
+        source_info("stl10", "train+unlabeled", data_dir=str(tmp_path))
+    with tfds.testing.mock_data(num_examples=2):  # mock_data alone would accept any name
+        with pytest.raises(ValueError, match="valid splits are test, train, unlabelled"):
+            load_source("stl10", "unlabeled")
+        assert len(_take(load_source("stl10", "train[:50%]+unlabelled"))) > 0
+    with pytest.raises(ValueError, match="unknown split 'val'.*train, validation"):
+        source_info("imagenet100", "val", data_dir=str(tmp_path))

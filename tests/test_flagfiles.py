@@ -86,7 +86,7 @@ def test_flagfile_parses_into_the_paper_settings(name):
     assert cfg.augself == _expected_augself(name)
     opts = {k: v for k, v in cfg.method_options.items() if v is not None}
     if name.startswith("stl10_"):
-        assert (cfg.dataset, cfg.split, cfg.backbone, cfg.width) == ("stl10", "train+unlabeled", "resnet18", 1.0)
+        assert (cfg.dataset, cfg.split, cfg.backbone, cfg.width) == ("stl10", "train+unlabelled", "resnet18", 1.0)
         assert (cfg.augment.image_size, cfg.batch_size, cfg.epochs) == (96, 256, 200)
         assert (cfg.lr, cfg.weight_decay) == (0.03, 5e-4)
         lam = re.search(r"_lambda([\d.]+)$", name)
@@ -197,3 +197,15 @@ def test_imagenet100_without_prepared_imagenet2012_says_how_to_get_it(tmp_path):
         source_info("imagenet100", "train", data_dir=str(tmp_path))
     with pytest.raises(ValueError, match="imagenet100"):
         source_info("imagenet100:imagenet100", "train")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_flagfile_dataset_and_split_exist_offline(name, tmp_path):
+    """The flagfile's split is one its builder declares, checked with no data and no network (an empty data_dir)."""
+    cfg = parse(name)
+    if cfg.dataset == "imagenet100":  # valid split, then the one error for unprepared ImageNet
+        with pytest.raises(FileNotFoundError, match="not prepared"):
+            source_info(cfg.dataset, cfg.split, data_dir=str(tmp_path))
+    else:
+        info = source_info(cfg.dataset, cfg.split, data_dir=str(tmp_path))
+        assert info.num_examples is None and set(cfg.split.split("+")) <= set(info.splits)

@@ -16,7 +16,7 @@ Specs (:data:`SOURCE_HELP`):
 * any registered tensorflow-datasets name, optionally ``tfds:`` prefixed and with config/version
   (``stl10``, ``cifar10``, ``caltech_birds2011``, ``imagenet2012_subset/10pct``, ...).
 
-Splits: ``+`` joins splits of any source (``train+unlabeled``); tfds also takes its own slicing
+Splits: ``+`` joins splits of any source (``train+unlabelled``, STL10's tfds spelling); tfds also takes its own slicing
 syntax (``train[:10%]``).
 """
 
@@ -50,7 +50,7 @@ SOURCE_HELP = (
     "'folder:PATH' (PATH/<class>/* or PATH/<split>/<class>/*; without split folders 'all' plus a "
     "stratified 70/10/20 'train'/'val'/'test' partition; optional PATH/boxes.csv); "
     "or a tensorflow-datasets name, e.g. " + ", ".join(TFDS_EXAMPLES) + " (prepared under data_dir; "
-    "no download). Splits may be joined with '+', e.g. 'train+unlabeled'."
+    "no download). Splits may be joined with '+', e.g. 'train+unlabelled'."
 )
 
 _UNKNOWN = "unknown dataset {spec!r}: use a tfds name (stl10, cifar10, ...), 'folder:PATH' or 'shapes'"
@@ -127,7 +127,7 @@ def load_source(spec: str, split: str, *, data_dir: str | None = None) -> tf.dat
 
     Args:
       spec: ``shapes``, ``folder:PATH`` or a tfds name (see :data:`SOURCE_HELP`).
-      split: split name or expression (``train``, ``test``, ``train+unlabeled``, tfds ``train[:10%]``).
+      split: split name or expression (``train``, ``test``, ``train+unlabelled``, tfds ``train[:10%]``).
       data_dir: tfds data directory (default: tfds' own, ``~/tensorflow_datasets``); for
         ``folder:PATH`` with a relative PATH, the directory PATH is looked up in first.
 
@@ -240,6 +240,8 @@ def imagenet100_wnids() -> list[str]:
 def _imagenet100_base_info(base: str, split: str, data_dir: str | None) -> SourceInfo:
     if _kind(base)[0] == "imagenet100":
         raise ValueError(f"imagenet100:{base}: the base source cannot itself be imagenet100")
+    if _kind(base)[0] == "tfds" and split not in IMAGENET100_SIZES:
+        raise unknown_split_error(f"imagenet100:{base}", split, list(IMAGENET100_SIZES))
     info = source_info(base, split, data_dir=data_dir)
     if _kind(base)[0] == "tfds" and not info.num_examples:
         where = data_dir or "tfds' default data_dir (~/tensorflow_datasets or $TFDS_DATA_DIR)"
@@ -262,8 +264,6 @@ def _imagenet100_info(base: str, split: str, data_dir: str | None) -> SourceInfo
         files = folder._good_files(folder._scan(folder._resolve(arg, data_dir)), split)
         n: int | None = sum(1 for _, label in files if label in keep)
     else:  # counting 1.28M tfds records would take minutes: the CMC split's known sizes
-        n = IMAGENET100_SIZES.get(split)
-        if n is None:
-            raise ValueError(f"imagenet100 over tfds: split must be one of {', '.join(IMAGENET100_SIZES)}")
+        n = IMAGENET100_SIZES[split]
     return dataclasses.replace(info, name=f"imagenet100:{info.name}", num_examples=n, num_classes=len(wnids),
                                class_names=wnids, notes=f"ImageNet100 (CMC split) of {info.notes or info.name}")

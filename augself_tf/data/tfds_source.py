@@ -3,7 +3,7 @@
 Any registered tfds image-classification dataset works (``name``, ``name/config``, ``name:1.2.3``):
 its image feature (the supervised input, else ``image``) becomes ``image`` uint8 RGB with 3 channels
 (grayscale replicated, alpha dropped), its label (the supervised target, else ``label``) becomes
-``label`` int64 (STL10's ``unlabeled`` split keeps its -1; a dataset with no label gets -1), and a
+``label`` int64 (STL10's ``unlabelled`` split keeps its -1; a dataset with no label gets -1), and a
 top-level ``bbox`` BBoxFeature (caltech_birds2011, cars196: ymin, xmin, ymax, xmax fractions) becomes
 ``bbox`` float32 [4]. Other features are dropped (after decoding: skipping the decode of unused images
 such as segmentation masks with ``tfds.decode.SkipDecoding`` breaks ``tfds.testing.mock_data`` for
@@ -15,6 +15,11 @@ Nothing is downloaded: the data must already be prepared under ``data_dir`` (tfd
 
 from __future__ import annotations
 
+import ast
+import inspect
+import re
+import sys
+import textwrap
 from typing import Any
 
 import tensorflow as tf
@@ -61,17 +66,66 @@ def _keys(builder: Any) -> tuple[str, str | None, bool]:
     return image_key, label_key, has_bbox
 
 
+# tfds.Split constants as they appear in builder code.
+_SPLIT_CONSTANTS = {"TRAIN": "train", "TEST": "test", "VALIDATION": "validation"}
+_SPLIT_PART = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*(\[[^\]]*\])?\s*$")
+
+
+def declared_splits(builder: Any) -> tuple[str, ...]:
+    """The split names a tfds builder declares, known before any data is downloaded or prepared.
+
+    A prepared dataset's metadata is authoritative. Otherwise the names are read from the builder's own
+    ``_split_generators`` source: tfds ships no offline split list, and ``tfds.testing.mock_data``
+    accepts any split name, so without this a misspelt split passes every mocked test and fails only
+    on real data. Returns () when neither gives names (validation is then left to tfds).
+    """
+    if builder.info.splits:
+        return tuple(sorted(builder.info.splits))
+    fn = getattr(type(builder), "_split_generators", None)
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return ()
+    module = vars(sys.modules[fn.__module__])
+
+    def name_of(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.Attribute) and node.attr in _SPLIT_CONSTANTS:
+            return _SPLIT_CONSTANTS[node.attr]
+        if isinstance(node, ast.Name) and isinstance(module.get(node.id), str):
+            return str(module[node.id])  # a module constant such as stl10's UNLABELLED
+        return None
+
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        candidates: list[ast.AST] = []
+        if isinstance(node, ast.Attribute) and node.attr in _SPLIT_CONSTANTS:
+            candidates.append(node)  # tfds.Split.TRAIN passed anywhere (imagenet2012's helper calls)
+        elif isinstance(node, ast.Call):
+            candidates += [kw.value for kw in node.keywords if kw.arg in ("name", "split")]
+        elif isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
+            candidates += [k for k in node.value.keys if k is not None]  # {"train": gen, ...}
+        names.update(n for n in map(name_of, candidates) if n)
+    return tuple(sorted(names))
+
+
 def _check_split(builder: Any, split: str) -> int | None:
-    """Validate ``split`` against prepared metadata; return its example count if known."""
+    """Validate ``split`` against the builder's declared splits; return its example count if known."""
+    declared = declared_splits(builder)
+    valid = [*declared, "(or tfds expressions such as 'train[:10%]+test')"]
+    if declared:
+        for part in str(split).split("+"):
+            match = _SPLIT_PART.match(part)
+            if not match or match.group(1) not in (*declared, "all"):
+                raise unknown_split_error(builder.info.name, split, valid)
     splits = builder.info.splits
-    if not splits:  # not prepared (or mocked): nothing to check against
+    if not splits:  # not prepared: the names are checked, the size is unknown
         return None
     try:
         return int(splits[split].num_examples)
     except Exception:  # tfds raises KeyError, ValueError or AssertionError here
-        raise unknown_split_error(
-            builder.info.name, split, [*sorted(splits), "(or tfds expressions such as 'train[:10%]+test')"]
-        ) from None
+        raise unknown_split_error(builder.info.name, split, valid) from None
 
 
 def info(name: str, split: str, *, data_dir: str | None = None) -> SourceInfo:
@@ -97,7 +151,7 @@ def info(name: str, split: str, *, data_dir: str | None = None) -> SourceInfo:
         class_names=class_names,
         has_bbox=has_bbox,
         image_size=image_size,
-        splits=tuple(sorted(builder.info.splits)),
+        splits=declared_splits(builder),
         notes=f"tfds {builder.info.full_name}" + (", bbox = tfds BBoxFeature" if has_bbox else ""),
     )
 

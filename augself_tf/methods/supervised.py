@@ -1,7 +1,7 @@
 """Supervised pretraining: cross-entropy of a linear classifier on the backbone features of both views.
 
 L = mean over the 2b views of CE(W·f(v) + c, y). Examples with a negative label (unlabeled data such as
-STL10's `unlabeled` split) are left out of the mean; the AugSelf heads still see every pair.
+STL10's `unlabelled` split) are left out of the mean; the AugSelf heads still see every pair.
 """
 
 from __future__ import annotations
