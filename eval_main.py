@@ -78,6 +78,8 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_integer("cpu_replicas", 1, "Logical CPU devices to split the CPU into (mirrored runs without GPUs).")
 flags.DEFINE_bool("quiet", False, "No progress lines on stderr.")
+flags.DEFINE_bool("deterministic", False, "Bit-identical reruns: op determinism and, on CPU, one thread per op "
+                  "(slower; matters for fine-tuning and the InfoNCE critic).")
 
 
 def fail(message: str) -> None:
@@ -146,6 +148,10 @@ def run(argv_models: list[str], protocols: list[str], explicit: bool) -> int:
         "strategy": None,  # --strategy names one; it is built below only when fine-tuning needs it
     })
     log = None if FLAGS.quiet else log_stderr
+    if FLAGS.deterministic:  # before TensorFlow runs an op
+        from augself_tf.training.determinism import make_deterministic
+
+        make_deterministic()
     if "finetune" in protocols:  # before TensorFlow touches a device: split_cpu must come first
         from augself_tf.training.strategy import make_strategy
 

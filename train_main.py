@@ -42,6 +42,8 @@ flags.DEFINE_enum("strategy", "auto", ["auto", "one_device", "mirrored", "multi_
 flags.DEFINE_integer("cpu_replicas", 1, "Split the CPU into N logical devices (runs the mirrored path without GPUs).")
 flags.DEFINE_enum("mixed_precision", None, ["float16", "bfloat16"], "Mixed-precision compute dtype.")
 flags.DEFINE_boolean("jit_compile", False, "XLA-compile the training step.")
+flags.DEFINE_boolean("deterministic", False, "Bit-identical reruns and resumes: op determinism, and on CPU one "
+                     "thread per op (several times slower; see docs/distributed.md).")
 flags.DEFINE_float("color_strength", 1.0, "Colour-jitter strength factor s (0.4s, 0.4s, 0.4s, 0.1s).")
 flags.DEFINE_float("crop_min_scale", 0.2, "Smallest RandomResizedCrop area fraction.")
 flags.DEFINE_float("flip_prob", 0.5, "Horizontal-flip probability.")
@@ -52,6 +54,7 @@ flags.DEFINE_float("rotation_prob", None, "Rotation probability (default 0.5 whe
 flags.DEFINE_float("solarize_prob", None, "Solarization probability (default 0.5 when solarize is predicted, else 0).")
 flags.DEFINE_integer("log_every", 10, "TensorBoard scalars every N steps.")
 flags.DEFINE_integer("checkpoint_every", 0, "Checkpoint every N steps (0: at the end of every epoch).")
+flags.DEFINE_boolean("export", True, "Export the backbone as a SavedModel at the end.")
 flags.DEFINE_boolean("cache_source", None, "Keep decoded images in memory (default: only for 'shapes').")
 
 _METHOD_FLAGS: dict[str, str] = {}

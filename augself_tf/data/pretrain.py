@@ -42,6 +42,7 @@ def make_pair_dataset(
     batch_size: int,
     start_epoch: int = 0,
     num_epochs: int | None = None,
+    batches_per_epoch: int | None = None,
     skip_batches: int = 0,
     shuffle_buffer: int = 10_000,
     shard: tuple[int, int] | None = None,
@@ -56,6 +57,8 @@ def make_pair_dataset(
       seed: global seed; with the epoch and the example index it fixes every view.
       batch_size: examples per batch (the per-replica batch under `distribute_datasets_from_function`).
       start_epoch / num_epochs: epochs [start_epoch, num_epochs) (None = forever).
+      batches_per_epoch: cut every epoch to this many batches (None: every full batch of the shard).
+        Multi-replica training sets it so that an epoch is the loop's epoch whatever the shard's size.
       skip_batches: batches of `start_epoch` already consumed (resume inside an epoch).
       shard: (index, count) of this input pipeline, for multi-worker input sharding.
       cache: keep the decoded source in memory across epochs.
@@ -63,6 +66,8 @@ def make_pair_dataset(
     """
     if batch_size <= 0:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
+    if batches_per_epoch is not None and batches_per_epoch <= 0:
+        raise ValueError(f"batches_per_epoch must be positive, got {batches_per_epoch}")
     # Enumerate before sharding so an example's index (and so its views) is global, not per worker.
     base = source.enumerate()
     if shard is not None and shard[1] > 1:
@@ -80,7 +85,8 @@ def make_pair_dataset(
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=deterministic,
         )
-        return ds.batch(batch_size, drop_remainder=True)
+        ds = ds.batch(batch_size, drop_remainder=True)
+        return ds if batches_per_epoch is None else ds.take(batches_per_epoch)
 
     stop = num_epochs if num_epochs is not None else 2**62
     ds = tf.data.Dataset.range(start_epoch, stop).flat_map(epoch_stream)

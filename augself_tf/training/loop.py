@@ -22,6 +22,7 @@ from augself_tf.methods import METHODS, build_method
 from augself_tf.methods.base import AugSelfModel
 from augself_tf.models.resnet import build_backbone
 from augself_tf.training import summaries
+from augself_tf.training.determinism import make_deterministic
 from augself_tf.training.optim import build_optimizer, scaled_learning_rate
 from augself_tf.training.strategy import is_chief, make_strategy
 
@@ -54,6 +55,7 @@ class TrainConfig:
     cpu_replicas: int = 1
     mixed_precision: str | None = None
     jit_compile: bool = False
+    deterministic: bool = False  # bit-identical reruns and resumes on CPU (one thread per op; slower)
     method_options: dict = dataclasses.field(default_factory=dict)
     log_every: int = 10
     checkpoint_every: int = 0  # steps; 0 = at the end of every epoch
@@ -89,6 +91,38 @@ def make_distributed_step(strategy: tf.distribute.Strategy, model: keras.Model, 
     return step_fn
 
 
+def distributed_pairs(
+    strategy: tf.distribute.Strategy, cfg: TrainConfig, steps_per_epoch: int, step: int = 0
+) -> tf.distribute.DistributedDataset:
+    """The pair stream from global step ``step`` on, as per-replica batches of ``batch_size / replicas``.
+
+    Each worker runs one input pipeline that feeds its R local replicas in turn, so one global step takes
+    R consecutive per-replica batches from it. Every epoch is cut to exactly ``steps_per_epoch · R`` of
+    them (the loop's epoch, whatever the remainder of the worker's shard), so resuming at ``step`` skips
+    exactly what the interrupted run consumed and every replica gets the examples it would have had.
+    """
+    start_epoch, step_in_epoch = divmod(step, steps_per_epoch)
+    cache = cfg.cache_source if cfg.cache_source is not None else cfg.dataset == "shapes"
+
+    def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
+        local_replicas = ctx.num_replicas_in_sync // ctx.num_input_pipelines
+        source = load_source(cfg.dataset, cfg.split, data_dir=cfg.data_dir)
+        return make_pair_dataset(
+            source,
+            cfg.augment,
+            seed=cfg.seed,
+            batch_size=ctx.get_per_replica_batch_size(cfg.batch_size),
+            start_epoch=start_epoch,
+            batches_per_epoch=steps_per_epoch * local_replicas,
+            skip_batches=step_in_epoch * local_replicas,
+            shuffle_buffer=cfg.shuffle_buffer,
+            shard=(ctx.input_pipeline_id, ctx.num_input_pipelines),
+            cache=cache,
+        )
+
+    return strategy.distribute_datasets_from_function(dataset_fn)
+
+
 def default_queue_size(num_examples: int, global_batch: int, paper_size: int = 65536) -> int:
     """The paper's 65536 keys (0.62× STL10's 105k images), capped at ~0.6× smaller datasets.
 
@@ -106,6 +140,8 @@ def _log(cfg: TrainConfig, msg: str) -> None:
 
 def train(cfg: TrainConfig) -> TrainResult:
     """Runs (or resumes) one pretraining run and exports the backbone. Returns where outputs are."""
+    if cfg.deterministic:
+        make_deterministic()
     strategy = make_strategy(cfg.strategy, cfg.cpu_replicas)
     replicas = strategy.num_replicas_in_sync
     if cfg.batch_size % replicas:
@@ -174,28 +210,10 @@ def train(cfg: TrainConfig) -> TrainResult:
         checkpoint.restore(latest).assert_existing_objects_matched()
         _log(cfg, f"Resumed from {latest}")
     step = int(optimizer.iterations.numpy())
-    start_epoch, skip = divmod(step, steps_per_epoch)
     if step >= total_steps:
         _log(cfg, f"Already trained {step}/{total_steps} steps in {model_dir}")
 
-    cache = cfg.cache_source if cfg.cache_source is not None else cfg.dataset == "shapes"
-
-    def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
-        source = load_source(cfg.dataset, cfg.split, data_dir=cfg.data_dir)
-        return make_pair_dataset(
-            source,
-            cfg.augment,
-            seed=cfg.seed,
-            batch_size=ctx.get_per_replica_batch_size(cfg.batch_size),
-            start_epoch=start_epoch,
-            skip_batches=skip,
-            shuffle_buffer=cfg.shuffle_buffer,
-            shard=(ctx.input_pipeline_id, ctx.num_input_pipelines),
-            cache=cache,
-        )
-
-    dist_ds = strategy.distribute_datasets_from_function(dataset_fn)
-    iterator = iter(dist_ds)
+    iterator = iter(distributed_pairs(strategy, cfg, steps_per_epoch, step))
 
     step_fn = make_distributed_step(strategy, model, cfg.jit_compile)
 
