@@ -112,6 +112,53 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch
     assert not os.path.exists(tmp_path / "nan" / "saved_model")
 
 
+def test_nan_between_log_steps_is_caught_before_the_next_save_and_names_its_step(tmp_path, monkeypatch):
+    original = AugSelfModel.compute_losses
+
+    def poisoned(self, batch, training=True):
+        total, logs = original(self, batch, training)
+        total = tf.where(tf.equal(self.optimizer.iterations, 1), tf.constant(float("inf")), total)
+        logs["loss/total"] = total
+        return total, logs
+
+    monkeypatch.setattr(AugSelfModel, "compute_losses", poisoned)
+    with pytest.raises(NonFiniteLossError, match="step 2"):  # iterations == 1 during the 2nd step
+        train(tiny(str(tmp_path / "inf"), checkpoint_every=4, log_every=5))
+    assert tf.train.latest_checkpoint(str(tmp_path / "inf" / "checkpoints")) is None
+
+
+def test_loop_fetches_logs_only_at_log_steps(tmp_path, monkeypatch):
+    """A host read of the loss every step would stall a GPU's queue: values are read every log_every steps."""
+    from augself_tf.training import loop
+
+    reads: list[int] = []
+
+    class Counted:
+        def __init__(self, value):
+            self.value = value
+
+        def __float__(self):
+            reads.append(len(calls))
+            return float(self.value)
+
+    calls: list[int] = []
+    real = loop.make_distributed_step
+
+    def counting(*args, **kwargs):
+        step = real(*args, **kwargs)
+
+        def wrapped(batch):
+            calls.append(1)
+            return {k: Counted(v) for k, v in step(batch).items()}
+
+        return wrapped
+
+    monkeypatch.setattr(loop, "make_distributed_step", counting)
+    result = train(tiny(str(tmp_path / "run"), log_every=3, export=False))
+    assert len(calls) == 6 and sorted(set(reads)) == [3, 6]
+    assert np.isfinite(result.last_logs["loss/total"])
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [

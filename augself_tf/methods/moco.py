@@ -58,7 +58,8 @@ class MoCo(AugSelfModel):
         init = tf.math.l2_normalize(tf.random.stateless_normal([self.queue_size, self.proj_dim], [7, 7]), -1)
         # Identical on every replica: each replica writes the same gathered keys.
         self.queue = self.add_weight(shape=init.shape, initializer=keras.initializers.Constant(init.numpy()),
-                                     trainable=False, name="queue", aggregation="only_first_replica")
+                                     trainable=False, name="queue", aggregation="only_first_replica",
+                                     autocast=False)  # .value is then the tf.Variable itself
         self.queue_ptr = self.add_weight(shape=(), dtype="int32", initializer="zeros", trainable=False,
                                          name="queue_ptr", aggregation="only_first_replica")
 
@@ -87,6 +88,6 @@ class MoCo(AugSelfModel):
         keys = tf.distribute.get_replica_context().all_gather(aux["_keys"], axis=0)
         n = tf.shape(keys)[0]
         idx = (tf.cast(self.queue_ptr, tf.int32) + tf.range(n)) % self.queue_size
-        self.queue.assign(tf.tensor_scatter_nd_update(tf.convert_to_tensor(self.queue), idx[:, None],
-                                                      tf.cast(keys, self.queue.dtype)))
+        # In place: rewriting the whole 65536×128 queue every step costs more than the keys themselves.
+        self.queue.value.scatter_update(tf.IndexedSlices(tf.cast(keys, self.queue.dtype), idx))
         self.queue_ptr.assign((self.queue_ptr + n) % self.queue_size)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import shutil
 import sys
@@ -80,13 +79,26 @@ class TrainResult:
     model: keras.Model | None = None
 
 
-def make_distributed_step(strategy: tf.distribute.Strategy, model: keras.Model, jit_compile: bool = False):
-    """A tf.function running `model.train_step` on every replica and averaging its logs across them."""
+def make_distributed_step(
+    strategy: tf.distribute.Strategy,
+    model: keras.Model,
+    jit_compile: bool = False,
+    nonfinite_step: tf.Variable | None = None,
+):
+    """A tf.function running `model.train_step` on every replica and averaging its logs across them.
+
+    With `nonfinite_step` (int64, 0 = none yet) the step records, inside the graph, the first step whose
+    loss is NaN/Inf, so the loop need not fetch the loss every step (a fetch stalls an accelerator's queue).
+    """
 
     @tf.function(jit_compile=jit_compile or None)
     def step_fn(batch):
         per_replica = strategy.run(model.train_step, args=(batch,))
-        return {k: strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None) for k, v in per_replica.items()}
+        logs = {k: strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None) for k, v in per_replica.items()}
+        if nonfinite_step is not None:
+            first = (nonfinite_step == 0) & ~tf.math.is_finite(logs["loss/total"])
+            nonfinite_step.assign(tf.where(first, tf.cast(model.optimizer.iterations, tf.int64), nonfinite_step))
+        return logs
 
     return step_fn
 
@@ -215,7 +227,17 @@ def train(cfg: TrainConfig) -> TrainResult:
 
     iterator = iter(distributed_pairs(strategy, cfg, steps_per_epoch, step))
 
-    step_fn = make_distributed_step(strategy, model, cfg.jit_compile)
+    nonfinite_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_step")
+    step_fn = make_distributed_step(strategy, model, cfg.jit_compile, nonfinite_step)
+
+    def check_finite() -> None:
+        """Raises if any step so far had a NaN/Inf loss; called before every save, so saves are finite."""
+        bad = int(nonfinite_step.numpy())
+        if bad:
+            raise NonFiniteLossError(
+                f"loss became NaN or Inf at step {bad}; stopped. The last good checkpoint in {ckpt_dir} is "
+                f"{manager.latest_checkpoint or '(none yet)'}; lower --lr or check the data."
+            )
 
     writer = summaries.make_writer(tb_dir if chief else None)
     _log(cfg, summaries.describe_run(cfg, replicas, info.num_examples, steps_per_epoch, total_steps))
@@ -224,29 +246,27 @@ def train(cfg: TrainConfig) -> TrainResult:
     progbar.update(step)
     last_logs: dict = {}
     t0, pairs_since = time.perf_counter(), 0
+    every = cfg.checkpoint_every or steps_per_epoch
     while step < total_steps:
         batch = next(iterator)
         if step == 0 and chief:
             summaries.write_views(writer, strategy.experimental_local_results(batch)[0], step)
-        logs = step_fn(batch)
+        logs = step_fn(batch)  # dispatched; nothing below waits for it except at log and save steps
         step += 1
         pairs_since += cfg.batch_size
-        total = float(logs["loss/total"])
-        if not math.isfinite(total):
-            raise NonFiniteLossError(
-                f"loss became {total} at step {step}; stopped. The last good checkpoint in {ckpt_dir} is "
-                f"{manager.latest_checkpoint or '(none yet)'}; lower --lr or check the data."
-            )
         if step % cfg.log_every == 0 or step == total_steps:
-            dt = time.perf_counter() - t0
+            check_finite()
             last_logs = {k: float(v) for k, v in logs.items()}
+            dt = time.perf_counter() - t0
             last_logs["pairs_per_sec"] = pairs_since / max(dt, 1e-9)
             summaries.write_scalars(writer, last_logs, step)
             t0, pairs_since = time.perf_counter(), 0
-        progbar.update(step, [(k.split("/")[-1], float(v)) for k, v in logs.items()
-                              if k in ("loss/total", "loss/method", "loss/augself")])
-        every = cfg.checkpoint_every or steps_per_epoch
+            progbar.update(step, [(k.split("/")[-1], last_logs[k]) for k in
+                                  ("loss/total", "loss/method", "loss/augself")])
+        else:
+            progbar.update(step)
         if step % every == 0 or step == total_steps:
+            check_finite()
             manager.save(checkpoint_number=step)
         if cfg.on_step is not None:
             cfg.on_step(step)
