@@ -202,6 +202,10 @@ def main(argv: list[str]) -> int:
             fail(f"--{name} must be positive, got {FLAGS[name].value}")
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # tf.distribute's INFO lines would bury the progress lines
+    if FLAGS.deterministic:
+        from augself_tf.training.determinism import restart_without_onednn
+
+        restart_without_onednn()
     protocols = parse_protocols(FLAGS.protocol)
     explicit = "all" not in [p.strip() for p in FLAGS.protocol.split(",")]
     from augself_tf.evaluation.errors import EvalError

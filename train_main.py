@@ -107,6 +107,10 @@ def main(argv: list[str]) -> int:
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # TF's INFO chatter would bury the progress bar
     from augself_tf.training.loop import NonFiniteLossError, train
+    if FLAGS.deterministic:
+        from augself_tf.training.determinism import restart_without_onednn
+
+        restart_without_onednn()
 
     try:
         cfg = _config()

@@ -1,21 +1,47 @@
-"""Bit-identical runs on CPU: deterministic kernels, one thread per op and one op at a time."""
+"""Bit-identical runs on CPU: deterministic kernels, no oneDNN, one thread per op and one op at a time."""
 
 from __future__ import annotations
 
+import os
+import sys
+
 import tensorflow as tf
+
+ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"
+
+
+def restart_without_onednn() -> None:
+    """Re-executes this program with oneDNN off, unless it already is (it can only be set before TF loads).
+
+    oneDNN's CPU kernels pick code paths by buffer alignment, so even on one thread two runs differ in the
+    last bits of a few gradients after a step or two (measured: BYOL, one BN β per step), and the
+    difference then grows. Entry points (train_main, eval_main) call this for `--deterministic`.
+    """
+    if os.environ.get(ONEDNN_ENV) == "0":
+        return
+    os.environ[ONEDNN_ENV] = "0"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, *sys.argv])
 
 
 def make_deterministic() -> None:
     """Makes two runs of one command compute the same bits (`--deterministic`).
 
-    Op determinism alone is not enough on CPU: multithreaded kernels (oneDNN convolutions, reductions)
-    split their sums by thread count and timing, so runs drift by ~1e-2 relative within 20 steps. One
-    intra-op and one inter-op thread remove that. On GPUs op determinism is the switch that matters and
-    the thread counts only limit host-side work. Must run before TensorFlow executes its first op.
+    Op determinism alone is not enough on CPU: multithreaded kernels split their sums by thread count and
+    timing, and oneDNN's by alignment, so runs drift by ~1e-2 relative within 20 steps. One intra-op and
+    one inter-op thread and oneDNN off (:func:`restart_without_onednn`) remove that. On GPUs op determinism
+    is the switch that matters; the CPU settings then only slow host-side work. Must run before TensorFlow
+    executes its first op.
 
     Raises:
-      ValueError: when TensorFlow's runtime has already started with other thread settings.
+      ValueError: when TensorFlow was loaded with oneDNN on, or has started with other thread settings.
     """
+    if os.environ.get(ONEDNN_ENV) != "0":
+        raise ValueError(
+            f"--deterministic needs oneDNN off: set {ONEDNN_ENV}=0 before TensorFlow is imported "
+            "(train_main.py and eval_main.py restart themselves with it)"
+        )
     tf.config.experimental.enable_op_determinism()
     threading = tf.config.threading
     if threading.get_intra_op_parallelism_threads() == 1 and threading.get_inter_op_parallelism_threads() == 1:
