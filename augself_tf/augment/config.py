@@ -24,7 +24,7 @@ class AugmentConfig:
     """Parameters of the AugSelf / SimSiam augmentation pipeline.
 
     The order of application is fixed (see ``registry.PIPELINE``): RandomResizedCrop -> horizontal flip
-    -> colour jitter -> grayscale -> Gaussian blur -> rotation by k*90 degrees -> solarization.
+    -> colour jitter -> solarization -> grayscale -> Gaussian blur -> rotation by k*90 degrees.
 
     Attributes:
       image_size: side S of the square output view.

@@ -1,7 +1,9 @@
 """THE registry of augmentations: how each is sampled and applied, its ω, its AugSelf target and loss.
 
-``PIPELINE`` lists the steps in their (fixed) order of application. Steps whose parameters AugSelf can
-predict are ``Augmentation`` entries and appear in ``AUGMENTATIONS`` (grayscale has no ω and does not).
+``PIPELINE`` lists the steps in their (fixed) order of application (DESIGN.md §2): RandomResizedCrop
+-> horizontal flip -> colour jitter -> solarization -> grayscale -> Gaussian blur -> rotation by k*90°.
+Steps whose parameters AugSelf can predict are ``Augmentation`` entries and appear in ``AUGMENTATIONS``
+(grayscale has no ω and does not).
 Adding an augmentation = one op in ``ops.py`` + one ``Augmentation`` entry in ``PIPELINE`` below (+ its
 config field); ``augment_view``, ``omega_diff``, the model's heads and its losses all loop over this.
 
@@ -17,6 +19,7 @@ Target conventions (shapes for a batch of B; unbatched works the same without th
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 
 import tensorflow as tf
@@ -75,24 +78,87 @@ def _maybe(applied: tf.Tensor, fn: Callable[[], tf.Tensor], image: tf.Tensor) ->
 # ----------------------------------------------------------------------------------------------- apply
 
 
-def _apply_crop(image: tf.Tensor, seed: tf.Tensor, config: AugmentConfig) -> tuple[tf.Tensor, tf.Tensor]:
-    """RandomResizedCrop; ω = (cy, cx, h, w) as fractions of the original image."""
-    shape = tf.shape(image)
-    # Falls back to the whole image when no box fits in max_attempts (ω is then (0.5, 0.5, 1, 1), true).
-    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-        shape,
-        bounding_boxes=tf.zeros([1, 0, 4], tf.float32),
-        seed=seed,
-        min_object_covered=0.0,
-        aspect_ratio_range=config.crop_ratio,
-        area_range=config.crop_scale,
-        max_attempts=10,
-        use_image_if_no_bounding_boxes=True,
+CROP_ATTEMPTS = 10  # torchvision's RandomResizedCrop.get_params tries 10 boxes before its fallback
+
+
+def crop_box(
+    height: tf.Tensor,
+    width: tf.Tensor,
+    seed: tf.Tensor,
+    scale: tuple[float, float],
+    ratio: tuple[float, float],
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """torchvision's ``RandomResizedCrop.get_params``, stateless: the pixel box (offset, size) to crop.
+
+    Up to 10 attempts: area ~ U(scale) * H * W, log(aspect) ~ U(log ratio), w = round(sqrt(area * aspect)),
+    h = round(sqrt(area / aspect)) (round half to even, like Python's round); the first attempt with
+    0 < w <= W and 0 < h <= H is kept, at offsets i ~ U{0..H-h}, j ~ U{0..W-w}. When none fits: the
+    centre crop of the whole image clamped to the ratio range (w = W, h = round(W / min ratio) for a too
+    tall image; h = H, w = round(H * max ratio) for a too wide one; else the whole image).
+
+    The 10 attempts are drawn at once and the first valid one picked (same distribution as stopping at
+    it; no loop, few ops: cheap inside tf.data.map). Geometry in float64, so rounding matches Python's
+    doubles. The offsets are integer draws: 64 random bits modulo the number of offsets.
+
+    Args:
+      height, width: int scalars, the image's size (may be dynamic).
+      seed: int [2] stateless seed.
+      scale, ratio: (lo, hi) of the area fraction and of the aspect ratio w / h.
+
+    Returns:
+      (offset, size): int32 [2] (i, j) and int32 [2] (h, w).
+    """
+    seed_attempts, seed_offsets = tf.unstack(_split(seed, 2))
+    height = tf.cast(height, tf.int32)
+    width = tf.cast(width, tf.int32)
+    full = tf.stack([height, width])  # (H, W)
+    h_full = tf.cast(height, tf.float64)
+    w_full = tf.cast(width, tf.float64)
+    scale_lo, scale_hi = (float(v) for v in scale)
+    ratio_lo, ratio_hi = sorted(float(v) for v in ratio)
+    log_lo, log_hi = math.log(ratio_lo), math.log(ratio_hi)
+
+    # The 10 attempts: area fractions ~ U(scale) and log aspect ratios ~ U(log ratio).
+    u_area, u_log_ratio = tf.unstack(
+        tf.random.stateless_uniform([2, CROP_ATTEMPTS], seed=seed_attempts, dtype=tf.float64)
     )
-    view = ops.crop_and_resize(image, begin[:2], size[:2], config.image_size)
+    target_area = h_full * w_full * (scale_lo + u_area * (scale_hi - scale_lo))
+    log_aspect = log_lo + u_log_ratio * (log_hi - log_lo)
+    # (h, w) = (sqrt(area / aspect), sqrt(area * aspect)), [2, 10], rounded half to even by tf.round.
+    aspect_pm = tf.exp(tf.constant([[-1.0], [1.0]], tf.float64) * log_aspect)  # (1 / aspect, aspect)
+    sizes = tf.cast(tf.round(tf.sqrt(target_area * aspect_pm)), tf.int32)
+    valid = tf.reduce_all((sizes > 0) & (sizes <= full[:, None]), axis=0)  # [10]
+    found = tf.reduce_any(valid)
+    first = tf.argmax(tf.cast(valid, tf.int32), output_type=tf.int32)  # the first valid attempt
+
+    # Fallback: the centre crop, clamped to the ratio range: (round(W / r_lo), W) if W/H < r_lo,
+    # (H, round(H * r_hi)) if W/H > r_hi, else (H, W).
+    in_ratio = w_full / h_full
+    fallback = tf.where(
+        in_ratio < ratio_lo,
+        tf.stack([tf.cast(tf.round(w_full / ratio_lo), tf.int32), width]),
+        tf.where(in_ratio > ratio_hi, tf.stack([height, tf.cast(tf.round(h_full * ratio_hi), tf.int32)]), full),
+    )
+
+    size = tf.where(found, tf.gather(sizes, first, axis=1), fallback)
+    room = full - size  # >= 0
+    bits = tf.random.stateless_uniform([2], seed=seed_offsets, minval=None, maxval=None, dtype=tf.int64)
+    offset = tf.where(found, tf.cast(tf.math.floormod(bits, tf.cast(room + 1, tf.int64)), tf.int32), room // 2)
+    return offset, size
+
+
+def _apply_crop(image: tf.Tensor, seed: tf.Tensor, config: AugmentConfig) -> tuple[tf.Tensor, tf.Tensor]:
+    """RandomResizedCrop with torchvision's sampler (``crop_box``); ω = (cy, cx, h, w) of the original image.
+
+    ω is the integer pixel box as fractions of the ORIGINAL height / width: centre (offset + size / 2) / full
+    and size / full.
+    """
+    shape = tf.shape(image)
+    begin, size = crop_box(shape[0], shape[1], seed, config.crop_scale, config.crop_ratio)
+    view = ops.crop_and_resize(image, begin, size, config.image_size)
     full = tf.cast(shape[:2], tf.float32)
-    offset = tf.cast(begin[:2], tf.float32)
-    extent = tf.cast(size[:2], tf.float32)
+    offset = tf.cast(begin, tf.float32)
+    extent = tf.cast(size, tf.float32)
     omega = tf.concat([(offset + extent / 2.0) / full, extent / full], axis=0)
     return view, omega
 
@@ -191,9 +257,6 @@ def _apply_solarize(image: tf.Tensor, seed: tf.Tensor, config: AugmentConfig) ->
     ω = 1 stands for "not applied" (the identity on [0, 1)); a pixel of exactly 1.0 would be inverted
     by threshold 1, so the op is skipped rather than run with δ = 1.
     """
-    # The paper applies solarization "right after ColorJitter"; DESIGN.md §2 puts it last (after the
-    # rotation). We follow DESIGN.md: pixel-wise, it commutes with crop/flip/rotation but not with
-    # grayscale or blur.
     if config.solarize_prob == 0.0:
         return image, tf.ones([1], tf.float32)
     seeds = _split(seed, 2)
@@ -317,10 +380,15 @@ ROTATION = Augmentation(
 )
 SOLARIZE = _regression("solarize", 6, _apply_solarize, 1)
 
-# Order of application (fixed).
-PIPELINE: tuple[Step, ...] = (CROP, FLIP, COLOR, GRAYSCALE, BLUR, ROTATION, SOLARIZE)
+# Order of application (fixed; DESIGN.md §2): solarization comes right after colour jitter, as in the
+# paper's appendix (it does not commute with grayscale or blur). Seed slots are independent of positions.
+PIPELINE: tuple[Step, ...] = (CROP, FLIP, COLOR, SOLARIZE, GRAYSCALE, BLUR, ROTATION)
 
-AUGMENTATIONS: dict[str, Augmentation] = {s.name: s for s in PIPELINE if isinstance(s, Augmentation)}
+# Listed by seed slot, not by position: the public order (AUGSELF_CHOICES, error messages, heads) does not
+# change when a step moves in PIPELINE.
+AUGMENTATIONS: dict[str, Augmentation] = {
+    s.name: s for s in sorted(PIPELINE, key=lambda s: s.seed_slot) if isinstance(s, Augmentation)
+}
 AUGSELF_CHOICES: tuple[str, ...] = tuple(AUGMENTATIONS)
 NUM_SEED_SLOTS: int = max(s.seed_slot for s in PIPELINE) + 1
 
