@@ -17,13 +17,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
 
+from augself_tf.augment import registry  # noqa: E402
 from augself_tf.methods import METHODS  # noqa: E402
 
 FLAGS = flags.FLAGS
 
 flags.DEFINE_enum("method", "moco", list(METHODS), "Invariance objective ('none' = AugSelf alone).")
-flags.DEFINE_string("augself", "crop,color", "Comma-separated ω to predict (crop, flip, color, blur, rotation, "
-                    "solarize); '' or 'none' turns AugSelf off.")
+flags.DEFINE_string("augself", "crop,color", f"Comma-separated ω to predict ({', '.join(registry.AUGSELF_CHOICES)}); "
+                    "'' or 'none' turns AugSelf off.")
 flags.DEFINE_float("augself_weight", 1.0, "λ: total = L_method + λ·Σ L_aug (paper: 1.0 STL10, 0.5 ImageNet100).")
 flags.DEFINE_string("dataset", "shapes", "'shapes' (embedded), a tfds name (stl10, ...) or folder:PATH.")
 flags.DEFINE_string("split", "train", "Split(s) to pretrain on, e.g. 'train+unlabelled' for STL10 (tfds' spelling).")
@@ -46,12 +47,14 @@ flags.DEFINE_boolean("deterministic", False, "Bit-identical reruns and resumes: 
                      "thread per op (several times slower; see docs/distributed.md).")
 flags.DEFINE_float("color_strength", 1.0, "Colour-jitter strength factor s (0.4s, 0.4s, 0.4s, 0.1s).")
 flags.DEFINE_float("crop_min_scale", 0.2, "Smallest RandomResizedCrop area fraction.")
-flags.DEFINE_float("flip_prob", 0.5, "Horizontal-flip probability.")
-flags.DEFINE_float("jitter_prob", 0.8, "Colour-jitter probability.")
-flags.DEFINE_float("gray_prob", 0.2, "Grayscale probability.")
-flags.DEFINE_float("blur_prob", 0.5, "Gaussian-blur probability.")
-flags.DEFINE_float("rotation_prob", None, "Rotation probability (default 0.5 when rotation is predicted, else 0).")
-flags.DEFINE_float("solarize_prob", None, "Solarization probability (default 0.5 when solarize is predicted, else 0).")
+flags.DEFINE_enum("photometric", "auto", ["auto", "host", "device"], "Where the photometric augmentations run: "
+                  "'host' in tf.data, 'device' batched in the training step (uint8 transport); auto = device "
+                  "when a GPU or TPU is visible.")
+for _step in registry.PIPELINE:  # one probability flag per augmentation, from the registry's declarations
+    if _step.probability is not None:
+        _knob = _step.probability
+        _default = "" if _knob.when_predicted is not None else f" (default {_knob.default})"
+        flags.DEFINE_float(_knob.field, None, _knob.help + _default)
 flags.DEFINE_integer("log_every", 10, "TensorBoard scalars every N steps.")
 flags.DEFINE_integer("checkpoint_every", 0, "Checkpoint every N steps (0: at the end of every epoch).")
 flags.DEFINE_boolean("export", True, "Export the backbone as a SavedModel at the end.")
@@ -72,17 +75,17 @@ def _config():
     from augself_tf.training.loop import TrainConfig
 
     augself = parse_augself(FLAGS.augself)
-    rotation_prob = FLAGS.rotation_prob if FLAGS.rotation_prob is not None else (0.5 if "rotation" in augself else 0.0)
-    solarize_prob = FLAGS.solarize_prob if FLAGS.solarize_prob is not None else (0.5 if "solarize" in augself else 0.0)
+    fields = {f.name for f in dataclasses.fields(AugmentConfig)}
+    probs = {
+        step.probability.field: step.probability.resolve(FLAGS[step.probability.field].value, step.name in augself)
+        for step in registry.PIPELINE
+        if step.probability is not None
+    }
     augment = AugmentConfig(
         image_size=FLAGS.image_size,
         crop_scale=(FLAGS.crop_min_scale, 1.0),
-        flip_prob=FLAGS.flip_prob,
-        jitter_prob=FLAGS.jitter_prob,
-        gray_prob=FLAGS.gray_prob,
-        blur_prob=FLAGS.blur_prob,
-        rotation_prob=rotation_prob,
-        solarize_prob=solarize_prob,
+        **{k: v for k, v in probs.items() if k in fields},
+        probabilities=tuple((k, v) for k, v in probs.items() if k not in fields),
     ).with_color_strength(FLAGS.color_strength)
     for name, value in (("batch_size", FLAGS.batch_size), ("epochs", FLAGS.epochs), ("image_size", FLAGS.image_size)):
         if value <= 0:

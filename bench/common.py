@@ -26,8 +26,10 @@ import tensorflow as tf  # noqa: E402
 # "retracing"; every configuration is traced once during its warm-up, outside the timings.
 tf.get_logger().setLevel("ERROR")
 
-# ω sizes per view (DESIGN.md §2); a synthetic batch carries all of them, as the real pipeline does.
-OMEGA_DIMS = {"crop": 4, "flip": 1, "color": 4, "blur": 1, "rotation": 1, "solarize": 1}
+from augself_tf.augment.registry import AUGMENTATIONS  # noqa: E402
+
+# ω sizes per view, as the registry declares them; a synthetic batch carries all of them, as the pipeline does.
+OMEGA_DIMS = {name: aug.omega_dim for name, aug in AUGMENTATIONS.items()}
 
 
 def machine_info() -> dict:

@@ -555,7 +555,7 @@ def test_crop_target_matches_displayed_geometry():
 
 
 def test_registry_entries():
-    assert AUGSELF_CHOICES == ("crop", "flip", "color", "blur", "rotation", "solarize")
+    assert tuple(AUGSELF_CHOICES) == ("crop", "flip", "color", "blur", "rotation", "solarize")
     assert {k: (a.omega_dim, a.head_dim) for k, a in AUGMENTATIONS.items()} == {
         "crop": (4, 4),
         "flip": (1, 1),

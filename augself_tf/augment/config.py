@@ -39,6 +39,8 @@ class AugmentConfig:
       blur_sigma: range of the blur standard deviation, in output pixels.
       rotation_prob: probability of rotating by k*90 degrees, k uniform in {0, 1, 2, 3}.
       solarize_prob: probability of solarizing with a threshold delta ~ U(0, 1).
+      probabilities: (knob name, probability) pairs for steps registered without a field of their own
+        (see ``registry.register``); the built-in steps use the fields above.
     """
 
     image_size: int = 96
@@ -52,6 +54,20 @@ class AugmentConfig:
     blur_sigma: tuple[float, float] = (0.1, 2.0)
     rotation_prob: float = 0.0
     solarize_prob: float = 0.0
+    probabilities: tuple[tuple[str, float], ...] = ()
+
+    def probability(self, field: str) -> float:
+        """The probability of a step's knob: its own field, else ``probabilities``, else the knob's default."""
+        if field in _FIELDS:
+            return getattr(self, field)
+        value = dict(self.probabilities).get(field)
+        if value is None:
+            from augself_tf.augment import registry  # registry imports this module
+
+            value = next((k.default for k in registry.probabilities() if k.field == field), None)
+        if value is None:
+            raise KeyError(f"no augmentation has a probability named {field!r}")
+        return value
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen dataclass: normalise fields in place
@@ -73,11 +89,25 @@ class AugmentConfig:
             raise ValueError(f"crop_ratio must satisfy 0 < lo <= hi < inf, got {self.crop_ratio!r}")
         set_(self, "crop_ratio", (lo, hi))
 
-        for name in ("flip_prob", "jitter_prob", "gray_prob", "blur_prob", "rotation_prob", "solarize_prob"):
-            p = getattr(self, name)
+        from augself_tf.augment import registry  # registry imports this module
+
+        try:
+            extra = {str(k): v for k, v in dict(self.probabilities).items()}
+        except (TypeError, ValueError):
+            raise ValueError(f"probabilities must be (name, probability) pairs, got {self.probabilities!r}") from None
+        known = {k.field for k in registry.probabilities()}
+        unknown = sorted(set(extra) - known)
+        if unknown:
+            raise ValueError(f"unknown augmentation probability {unknown[0]!r}; known: {', '.join(sorted(known))}")
+        for name in sorted(known | {f for f in _FIELDS if f.endswith("_prob")}):
+            p = getattr(self, name) if name in _FIELDS else extra.get(name, 0.0)
             if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
                 raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
-            set_(self, name, float(p))
+            if name in _FIELDS:
+                set_(self, name, float(p))
+            elif name in extra:
+                extra[name] = float(p)
+        set_(self, "probabilities", tuple(sorted(extra.items())))
 
         try:
             strength = tuple(float(v) for v in self.jitter_strength)
@@ -113,3 +143,6 @@ class AugmentConfig:
     def blur_kernel_size(self) -> int:
         """Odd Gaussian kernel size 2*floor(0.05*S)+1 (9 at 96 px, 23 at 224 px)."""
         return 2 * (self.image_size // 20) + 1  # floor(0.05*S) in exact integer arithmetic
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(AugmentConfig))

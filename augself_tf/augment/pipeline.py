@@ -9,6 +9,31 @@ import tensorflow as tf
 from augself_tf.augment import ops, registry
 from augself_tf.augment.config import AugmentConfig
 
+PHOTOMETRIC_MODES = ("host", "device")
+
+
+def _run(
+    image: tf.Tensor, seed: tf.Tensor, config: AugmentConfig, device_params: dict | None
+) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+    """Draws every step; applies all of them, or (``device_params`` given) only the host ones, collecting
+    the device steps' draws into ``device_params`` instead."""
+    seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
+    seed = tf.ensure_shape(seed, [2])
+    step_seeds = tf.random.experimental.stateless_split(seed, num=registry.NUM_SEED_SLOTS)
+    size = config.image_size
+    view = ops.to_float_rgb(image)
+    omega: dict[str, tf.Tensor] = {}
+    for step in registry.PIPELINE:
+        params = step.sample(step_seeds[step.seed_slot], tf.shape(view), config)
+        if device_params is not None and step.stage == registry.DEVICE:
+            device_params[step.name] = params
+        else:
+            view = step.transform(view, params, config)
+            view = tf.ensure_shape(view, [size, size, 3])  # keep the static shape through tf.cond branches
+        if step.omega is not None:
+            omega[step.name] = tf.ensure_shape(tf.cast(step.omega(params, config), tf.float32), [step.omega_dim])
+    return tf.ensure_shape(tf.clip_by_value(view, 0.0, 1.0), [size, size, 3]), omega
+
 
 def augment_view(
     image: tf.Tensor, seed: tf.Tensor, config: AugmentConfig | None = None
@@ -26,29 +51,56 @@ def augment_view(
     Returns:
       (view, omega): view float32 [S, S, 3] in [0, 1] with S = config.image_size; omega a dict of float32
       tensors {"crop": [4], "flip": [1], "color": [4], "blur": [1], "rotation": [1], "solarize": [1]}
-      (see DESIGN.md §2 and ``registry``).
+      (see docs/architecture.md and ``registry``).
     """
-    config = AugmentConfig() if config is None else config
-    seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
-    seed = tf.ensure_shape(seed, [2])
-    step_seeds = tf.random.experimental.stateless_split(seed, num=registry.NUM_SEED_SLOTS)
+    return _run(image, seed, AugmentConfig() if config is None else config, None)
 
-    size = config.image_size
-    view = ops.to_float_rgb(image)
-    omega: dict[str, tf.Tensor] = {}
-    for step in registry.PIPELINE:
-        view, step_omega = step.apply(view, step_seeds[step.seed_slot], config)
-        view = tf.ensure_shape(view, [size, size, 3])  # keep the static shape through tf.cond branches
-        if step_omega is not None:
-            omega[step.name] = tf.ensure_shape(tf.cast(step_omega, tf.float32), [step.omega_dim])
-    view = tf.ensure_shape(tf.clip_by_value(view, 0.0, 1.0), [size, size, 3])
-    return view, omega
+
+def augment_view_for_device(
+    image: tf.Tensor, seed: tf.Tensor, config: AugmentConfig | None = None
+) -> tuple[tf.Tensor, dict[str, tf.Tensor], dict[str, dict[str, tf.Tensor]]]:
+    """The host half of ``augment_view``: the same draws and ω, the host steps applied, a uint8 view.
+
+    The device steps (``registry.DEVICE``: the photometric ops) are left to ``finish_views``, which reads
+    their draws from the returned params; ``finish_views`` of this equals ``augment_view`` up to the uint8
+    rounding of the geometric stage.
+
+    Returns:
+      (view uint8 [S, S, 3], omega as ``augment_view``'s, {device step name: its draws}).
+    """
+    params: dict[str, dict[str, tf.Tensor]] = {}
+    view, omega = _run(image, seed, AugmentConfig() if config is None else config, params)
+    return tf.cast(tf.round(view * 255.0), tf.uint8), omega, params
+
+
+def finish_views(batch: Mapping[str, tf.Tensor], config: AugmentConfig) -> dict:
+    """Views float32 in [0, 1], applying the device stage batched where the pipeline left it.
+
+    A batch from ``make_pair_dataset(..., photometric="device")`` carries uint8 views and the device steps'
+    draws under ``device1`` / ``device2``: colour jitter (per-example factors and order), solarization,
+    grayscale and Gaussian blur run here as batched tensor ops, in pipeline order. A host-mode batch
+    (float views, no draws) is only cast. Graph-safe, XLA-compatible, per replica.
+    """
+    out = dict(batch)
+    for view_key, params_key in (("view1", "device1"), ("view2", "device2")):
+        views = batch[view_key]
+        if params_key not in batch:
+            if views.dtype == tf.uint8:
+                raise ValueError(f"{view_key} is uint8 but the batch has no {params_key!r} device-stage draws")
+            out[view_key] = tf.cast(views, tf.float32)
+            continue
+        x = tf.cast(views, tf.float32) / 255.0
+        for step in registry.PIPELINE:
+            if step.stage == registry.DEVICE:
+                x = step.transform_batch(x, batch[params_key][step.name], config)
+        out[view_key] = tf.clip_by_value(x, 0.0, 1.0)
+    return out
 
 
 def omega_diff(omega1: Mapping[str, tf.Tensor], omega2: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
     """AugSelf targets ω_diff(1, 2) for every registered augmentation present in both ω dicts.
 
-    Works batched ([B, k] per entry) or unbatched ([k]). Conventions (DESIGN.md §2):
+    Works batched ([B, k] per entry) or unbatched ([k]). Conventions (docs/architecture.md):
     crop (centre1 - centre2, size1 - size2) in view 1's displayed frame [.., 4]; flip 1.0 if equal [.., 1];
     color / blur / solarize ω1 - ω2; rotation (k1 - k2) mod 4 as int32 with the ω axis dropped ([B] or []).
     """

@@ -28,32 +28,92 @@ from augself_tf.augment import ops
 from augself_tf.augment.config import AugmentConfig
 
 Omega = Mapping[str, tf.Tensor]
-# (image float32 [H,W,3], seed int64 [2], config) -> (image, ω float32 [omega_dim] or None)
-ApplyFn = Callable[[tf.Tensor, tf.Tensor, AugmentConfig], tuple[tf.Tensor, tf.Tensor | None]]
+Params = dict[str, tf.Tensor]
+# (seed int64 [2], shape int32 [3] of the image entering the step, config) -> the step's random draws
+SampleFn = Callable[[tf.Tensor, tf.Tensor, AugmentConfig], Params]
+# (image float32 [H,W,3], params, config) -> image: one image, in tf.data (the host stage)
+TransformFn = Callable[[tf.Tensor, Params, AugmentConfig], tf.Tensor]
+# (images float32 [B,S,S,3], params with a leading B axis, config) -> images: the device stage, batched
+BatchTransformFn = Callable[[tf.Tensor, Params, AugmentConfig], tf.Tensor]
+# (params, config) -> ω float32 [omega_dim] of one view
+OmegaFn = Callable[[Params, AugmentConfig], tf.Tensor]
+
+HOST, DEVICE = "host", "device"
 
 
 @dataclasses.dataclass(frozen=True)
+class Probability:
+    """A step's probability knob: an ``AugmentConfig`` field and a train_main flag of the same name.
+
+    Attributes:
+      field: the name, e.g. ``jitter_prob``; a step registered later without a field of its own reads it
+        from ``AugmentConfig.probabilities``.
+      default: the probability when the flag is not given.
+      when_predicted: the default instead when AugSelf predicts the step (rotation, solarize: 0.5), or None.
+      help: the flag's help text.
+    """
+
+    field: str
+    default: float
+    help: str
+    when_predicted: float | None = None
+
+    def resolve(self, value: float | None, predicted: bool) -> float:
+        """The probability for a flag value (None = not given) when the step is or is not predicted."""
+        if value is not None:
+            return float(value)
+        return self.when_predicted if (predicted and self.when_predicted is not None) else self.default
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Step:
-    """One stage of the pipeline: ``apply(image, seed, config) -> (image, omega or None)``."""
+    """One stage of the pipeline: draw its parameters, apply them, report its ω.
+
+    Attributes:
+      name: unique name (also the ω key and the ``--augself`` name when predicted).
+      seed_slot: row of the per-view seed split that its draws use (fixed, independent of position).
+      sample: (seed, image shape, config) -> params: every random draw of the step.
+      transform: (image, params, config) -> image, on one image in tf.data.
+      stage: ``HOST`` (in tf.data on each image: geometry) or ``DEVICE`` (pixel-wise photometric ops that
+        ``finish_views`` may run batched inside the training step instead).
+      transform_batch: the device stage's batched transform (required when ``stage == DEVICE``); it must
+        compute what ``transform`` computes, example by example.
+      probability: the step's probability knob, or None (always applied).
+      omega: (params, config) -> ω [omega_dim], or None for a step without ω (grayscale).
+      omega_dim: size of ω per view (0 without ω).
+      commutes_with_device: a host step placed after device steps must commute with them (rotation by
+        k·90° does, with pixel-wise ops and the symmetric blur), so the device mode can run it first.
+    """
 
     name: str
     seed_slot: int
-    apply: ApplyFn
+    sample: SampleFn
+    transform: TransformFn
+    stage: str = HOST
+    transform_batch: BatchTransformFn | None = None
+    probability: Probability | None = None
+    omega: OmegaFn | None = None
+    omega_dim: int = 0
+    commutes_with_device: bool = False
+
+    def apply(self, image: tf.Tensor, seed: tf.Tensor, config: AugmentConfig) -> tuple[tf.Tensor, tf.Tensor | None]:
+        """(image, ω or None): draw, transform one image, report ω (the host path of one step)."""
+        params = self.sample(seed, tf.shape(image), config)
+        omega = None if self.omega is None else self.omega(params, config)
+        return self.transform(image, params, config), omega
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Augmentation(Step):
     """A pipeline step with parameters ω that AugSelf can predict.
 
     Attributes:
-      omega_dim: size of this step's ω (per view).
       head_dim: number of outputs of the AugSelf head φ for it.
       target: (omega1, omega2) -> AugSelf target ω_diff(1, 2); takes the full ω dicts (crop needs flip).
       loss: (pred [B, head_dim], target) -> per-example loss [B].
       metric: (pred, target) -> per-example error [B] for logging.
     """
 
-    omega_dim: int
     head_dim: int
     target: Callable[[Omega, Omega], tf.Tensor]
     loss: Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
@@ -147,29 +207,56 @@ def crop_box(
     return offset, size
 
 
-def _apply_crop(image: tf.Tensor, seed: tf.Tensor, config: AugmentConfig) -> tuple[tf.Tensor, tf.Tensor]:
-    """RandomResizedCrop with torchvision's sampler (``crop_box``); ω = (cy, cx, h, w) of the original image.
-
-    ω is the integer pixel box as fractions of the ORIGINAL height / width: centre (offset + size / 2) / full
-    and size / full.
-    """
-    shape = tf.shape(image)
-    begin, size = crop_box(shape[0], shape[1], seed, config.crop_scale, config.crop_ratio)
-    view = ops.crop_and_resize(image, begin, size, config.image_size)
-    full = tf.cast(shape[:2], tf.float32)
-    offset = tf.cast(begin, tf.float32)
-    extent = tf.cast(size, tf.float32)
-    omega = tf.concat([(offset + extent / 2.0) / full, extent / full], axis=0)
-    return view, omega
+def _prob(config: AugmentConfig, field: str) -> float:
+    return config.probability(field)
 
 
-def _apply_flip(image: tf.Tensor, seed: tf.Tensor, config: AugmentConfig) -> tuple[tf.Tensor, tf.Tensor]:
-    """Horizontal flip with probability flip_prob; ω = 1 if flipped."""
-    if config.flip_prob == 0.0:
-        return image, tf.zeros([1], tf.float32)
-    flipped = _uniform(seed) < config.flip_prob
-    image = tf.where(flipped, tf.reverse(image, axis=[1]), image)
-    return image, tf.reshape(tf.cast(flipped, tf.float32), [1])
+def _coin(seed: tf.Tensor, p: float) -> tf.Tensor:
+    """A stateless Bernoulli(p) draw (a constant when p is 0 or 1, so a disabled step costs nothing)."""
+    if p <= 0.0:
+        return tf.constant(False)
+    return _uniform(seed) < p
+
+
+def _batched(value: tf.Tensor) -> tf.Tensor:
+    """A per-example value [B] reshaped to broadcast against images [B, S, S, C]."""
+    return tf.reshape(value, [-1, 1, 1, 1])
+
+
+# crop: RandomResizedCrop (host) ---------------------------------------------------------------------
+
+
+def _sample_crop(seed: tf.Tensor, shape: tf.Tensor, config: AugmentConfig) -> Params:
+    offset, size = crop_box(shape[0], shape[1], seed, config.crop_scale, config.crop_ratio)
+    return {"offset": offset, "size": size, "full": tf.cast(shape[:2], tf.int32)}
+
+
+def _crop(image: tf.Tensor, params: Params, config: AugmentConfig) -> tf.Tensor:
+    return ops.crop_and_resize(image, params["offset"], params["size"], config.image_size)
+
+
+def _crop_omega(params: Params, config: AugmentConfig) -> tf.Tensor:
+    """(cy, cx, h, w): the integer pixel box as fractions of the ORIGINAL image (centre and size)."""
+    del config
+    full = tf.cast(params["full"], tf.float32)
+    offset = tf.cast(params["offset"], tf.float32)
+    extent = tf.cast(params["size"], tf.float32)
+    return tf.concat([(offset + extent / 2.0) / full, extent / full], axis=0)
+
+
+# flip (host) -----------------------------------------------------------------------------------------
+
+
+def _sample_flip(seed: tf.Tensor, shape: tf.Tensor, config: AugmentConfig) -> Params:
+    return {"applied": _coin(seed, _prob(config, "flip_prob"))}
+
+
+def _flip(image: tf.Tensor, params: Params, config: AugmentConfig) -> tf.Tensor:
+    return _maybe(params["applied"], lambda: tf.reverse(image, axis=[1]), image)  # only flipped views pay
+
+
+def _applied_omega(params: Params, config: AugmentConfig) -> tf.Tensor:
+    return tf.reshape(tf.cast(params["applied"], tf.float32), [1])
 
 
 def color_ranges(config: AugmentConfig) -> tuple[list[float], list[float]]:
@@ -199,71 +286,116 @@ def decode_color_omega(omega: tf.Tensor, config: AugmentConfig) -> tf.Tensor:
     return lo_t + tf.cast(omega, tf.float32) * (tf.constant(hi, tf.float32) - lo_t)
 
 
-def _apply_color(image: tf.Tensor, seed: tf.Tensor, config: AugmentConfig) -> tuple[tf.Tensor, tf.Tensor]:
-    """Colour jitter with probability jitter_prob, the 4 adjustments in a random order per example."""
-    identity = tf.constant(color_identity_omega(config), tf.float32)
+# colour jitter (device) -------------------------------------------------------------------------------
+
+
+def _sample_color(seed: tf.Tensor, shape: tf.Tensor, config: AugmentConfig) -> Params:
+    """applied, u = (factor - lo) / (hi - lo) per component (0.5 for a zero-strength one), and the order."""
     lo, hi = color_ranges(config)
     zero = [b <= a for a, b in zip(lo, hi, strict=True)]  # zero-strength components: ω fixed at 0.5
-    if config.jitter_prob == 0.0 or all(zero):
-        return image, identity
+    p = 0.0 if all(zero) else _prob(config, "jitter_prob")
     seeds = _split(seed, 3)
-    applied = _uniform(seeds[0]) < config.jitter_prob
-    u = tf.where(tf.constant(zero), 0.5, _uniform(seeds[1], (4,)))  # ω = (factor - lo) / (hi - lo)
-    order = tf.cast(tf.argsort(_uniform(seeds[2], (4,))), tf.int32)  # a uniform permutation
-    factors = decode_color_omega(u, config)
-    image = _maybe(applied, lambda: ops.color_jitter(image, factors, order), image)
-    return image, tf.where(applied, u, identity)
+    return {
+        "applied": _coin(seeds[0], p),
+        "u": tf.where(tf.constant(zero), 0.5, _uniform(seeds[1], (4,))),
+        "order": tf.cast(tf.argsort(_uniform(seeds[2], (4,))), tf.int32),  # a uniform permutation
+    }
 
 
-def _apply_grayscale(image: tf.Tensor, seed: tf.Tensor, config: AugmentConfig) -> tuple[tf.Tensor, None]:
-    """Grayscale (replicated to 3 channels) with probability gray_prob; no ω."""
-    if config.gray_prob == 0.0:
-        return image, None
-    applied = _uniform(seed) < config.gray_prob
-    return _maybe(applied, lambda: ops.grayscale(image), image), None
+def _color(image: tf.Tensor, params: Params, config: AugmentConfig) -> tf.Tensor:
+    factors = decode_color_omega(params["u"], config)
+    return _maybe(params["applied"], lambda: ops.color_jitter(image, factors, params["order"]), image)
 
 
-def _apply_blur(image: tf.Tensor, seed: tf.Tensor, config: AugmentConfig) -> tuple[tf.Tensor, tf.Tensor]:
-    """Gaussian blur with probability blur_prob, σ ~ U[blur_sigma]; ω = σ / σ_max, 0 if not applied.
+def _color_batch(images: tf.Tensor, params: Params, config: AugmentConfig) -> tf.Tensor:
+    factors = decode_color_omega(params["u"], config)
+    jittered = ops.color_jitter_batch(images, factors, params["order"])
+    return tf.where(_batched(params["applied"]), jittered, images)
 
-    At image_size < 20 the kernel size is 1, so the "blur" is the identity whatever σ (ω still reports σ).
-    """
-    if config.blur_prob == 0.0:
-        return image, tf.zeros([1], tf.float32)
+
+def _color_omega(params: Params, config: AugmentConfig) -> tf.Tensor:
+    return tf.where(params["applied"], params["u"], tf.constant(color_identity_omega(config), tf.float32))
+
+
+# solarize (device): right after colour jitter ---------------------------------------------------------
+
+
+def _sample_solarize(seed: tf.Tensor, shape: tf.Tensor, config: AugmentConfig) -> Params:
     seeds = _split(seed, 2)
-    applied = _uniform(seeds[0]) < config.blur_prob
+    return {"applied": _coin(seeds[0], _prob(config, "solarize_prob")), "delta": _uniform(seeds[1])}
+
+
+def _solarize(image: tf.Tensor, params: Params, config: AugmentConfig) -> tf.Tensor:
+    # Skipped rather than run with δ = 1 when not applied: threshold 1 would still invert pixels equal to 1.
+    return _maybe(params["applied"], lambda: ops.solarize(image, params["delta"]), image)
+
+
+def _solarize_batch(images: tf.Tensor, params: Params, config: AugmentConfig) -> tf.Tensor:
+    flip = _batched(params["applied"]) & (images >= _batched(params["delta"]))
+    return tf.where(flip, 1.0 - images, images)
+
+
+def _solarize_omega(params: Params, config: AugmentConfig) -> tf.Tensor:
+    """δ, or 1 when not applied (the identity on [0, 1))."""
+    return tf.reshape(tf.where(params["applied"], params["delta"], 1.0), [1])
+
+
+# grayscale (device), no ω ------------------------------------------------------------------------------
+
+
+def _sample_grayscale(seed: tf.Tensor, shape: tf.Tensor, config: AugmentConfig) -> Params:
+    return {"applied": _coin(seed, _prob(config, "gray_prob"))}
+
+
+def _grayscale(image: tf.Tensor, params: Params, config: AugmentConfig) -> tf.Tensor:
+    return _maybe(params["applied"], lambda: ops.grayscale(image), image)
+
+
+def _grayscale_batch(images: tf.Tensor, params: Params, config: AugmentConfig) -> tf.Tensor:
+    return tf.where(_batched(params["applied"]), ops.grayscale(images), images)
+
+
+# Gaussian blur (device) --------------------------------------------------------------------------------
+
+
+def _sample_blur(seed: tf.Tensor, shape: tf.Tensor, config: AugmentConfig) -> Params:
+    seeds = _split(seed, 2)
     lo, hi = config.blur_sigma
-    sigma = lo + _uniform(seeds[1]) * (hi - lo)
-    image = _maybe(applied, lambda: ops.gaussian_blur(image, sigma, config.blur_kernel_size), image)
-    omega = tf.where(applied, sigma / hi, 0.0)
-    return image, tf.reshape(omega, [1])
+    return {"applied": _coin(seeds[0], _prob(config, "blur_prob")), "sigma": lo + _uniform(seeds[1]) * (hi - lo)}
 
 
-def _apply_rotation(image: tf.Tensor, seed: tf.Tensor, config: AugmentConfig) -> tuple[tf.Tensor, tf.Tensor]:
-    """With probability rotation_prob, rotate by k*90° counter-clockwise, k uniform in {0,1,2,3}; ω = k."""
-    if config.rotation_prob == 0.0:
-        return image, tf.zeros([1], tf.float32)
+def _blur(image: tf.Tensor, params: Params, config: AugmentConfig) -> tf.Tensor:
+    # At image_size < 20 the kernel size is 1: the blur is the identity whatever σ (ω still reports σ).
+    return _maybe(params["applied"], lambda: ops.gaussian_blur(image, params["sigma"], config.blur_kernel_size),
+                  image)
+
+
+def _blur_batch(images: tf.Tensor, params: Params, config: AugmentConfig) -> tf.Tensor:
+    blurred = ops.gaussian_blur_batch(images, params["sigma"], config.blur_kernel_size)
+    return tf.where(_batched(params["applied"]), blurred, images)
+
+
+def _blur_omega(params: Params, config: AugmentConfig) -> tf.Tensor:
+    """σ / σ_max, 0 when not applied."""
+    return tf.reshape(tf.where(params["applied"], params["sigma"] / config.blur_sigma[1], 0.0), [1])
+
+
+# rotation by k·90° (host; commutes with the device stage) ---------------------------------------------
+
+
+def _sample_rotation(seed: tf.Tensor, shape: tf.Tensor, config: AugmentConfig) -> Params:
     seeds = _split(seed, 2)
-    applied = _uniform(seeds[0]) < config.rotation_prob
+    applied = _coin(seeds[0], _prob(config, "rotation_prob"))
     k = tf.random.stateless_uniform([], seed=seeds[1], minval=0, maxval=4, dtype=tf.int32)
-    k = tf.where(applied, k, 0)
-    image = tf.ensure_shape(tf.image.rot90(image, k), image.shape)
-    return image, tf.reshape(tf.cast(k, tf.float32), [1])
+    return {"k": tf.where(applied, k, 0)}
 
 
-def _apply_solarize(image: tf.Tensor, seed: tf.Tensor, config: AugmentConfig) -> tuple[tf.Tensor, tf.Tensor]:
-    """With probability solarize_prob, x >= δ -> 1 - x with δ ~ U[0, 1); ω = δ, 1 if not applied.
+def _rotate(image: tf.Tensor, params: Params, config: AugmentConfig) -> tf.Tensor:
+    return tf.ensure_shape(tf.image.rot90(image, params["k"]), image.shape)  # counter-clockwise
 
-    ω = 1 stands for "not applied" (the identity on [0, 1)); a pixel of exactly 1.0 would be inverted
-    by threshold 1, so the op is skipped rather than run with δ = 1.
-    """
-    if config.solarize_prob == 0.0:
-        return image, tf.ones([1], tf.float32)
-    seeds = _split(seed, 2)
-    applied = _uniform(seeds[0]) < config.solarize_prob
-    delta = _uniform(seeds[1])
-    image = _maybe(applied, lambda: ops.solarize(image, delta), image)
-    return image, tf.reshape(tf.where(applied, delta, 1.0), [1])
+
+def _rotation_omega(params: Params, config: AugmentConfig) -> tf.Tensor:
+    return tf.reshape(tf.cast(params["k"], tf.float32), [1])
 
 
 # ----------------------------------------------------------------------------------- targets / losses
@@ -341,59 +473,111 @@ def categorical_error(pred: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
 # ------------------------------------------------------------------------------------------- registry
 
 
-def _regression(name: str, seed_slot: int, apply: ApplyFn, dim: int, target=None) -> Augmentation:
-    return Augmentation(
-        name=name,
-        seed_slot=seed_slot,
-        apply=apply,
-        omega_dim=dim,
-        head_dim=dim,
-        target=target or _difference(name),
-        loss=tanh_mse,
-        metric=tanh_mse,
-    )
+def _regression(name: str, **fields) -> Augmentation:
+    """An augmentation whose ω difference is regressed: tanh outputs, MSE (the paper's loss)."""
+    fields.setdefault("target", _difference(name))
+    return Augmentation(name=name, head_dim=fields["omega_dim"], loss=tanh_mse, metric=tanh_mse, **fields)
 
 
-CROP = _regression("crop", 0, _apply_crop, 4, target=crop_target)
+CROP = _regression(
+    "crop", seed_slot=0, sample=_sample_crop, transform=_crop, omega=_crop_omega, omega_dim=4, target=crop_target,
+)
 FLIP = Augmentation(
-    name="flip",
-    seed_slot=1,
-    apply=_apply_flip,
-    omega_dim=1,
-    head_dim=1,
-    target=flip_target,
-    loss=binary_cross_entropy,
-    metric=binary_error,
+    name="flip", seed_slot=1, sample=_sample_flip, transform=_flip, omega=_applied_omega, omega_dim=1,
+    probability=Probability("flip_prob", 0.5, "Horizontal-flip probability."),
+    head_dim=1, target=flip_target, loss=binary_cross_entropy, metric=binary_error,
 )
-COLOR = _regression("color", 2, _apply_color, 4)
-GRAYSCALE = Step(name="grayscale", seed_slot=3, apply=_apply_grayscale)
-BLUR = _regression("blur", 4, _apply_blur, 1)
+COLOR = _regression(
+    "color", seed_slot=2, sample=_sample_color, transform=_color, stage=DEVICE, transform_batch=_color_batch,
+    omega=_color_omega, omega_dim=4, probability=Probability("jitter_prob", 0.8, "Colour-jitter probability."),
+)
+GRAYSCALE = Step(
+    name="grayscale", seed_slot=3, sample=_sample_grayscale, transform=_grayscale, stage=DEVICE,
+    transform_batch=_grayscale_batch, probability=Probability("gray_prob", 0.2, "Grayscale probability."),
+)
+BLUR = _regression(
+    "blur", seed_slot=4, sample=_sample_blur, transform=_blur, stage=DEVICE, transform_batch=_blur_batch,
+    omega=_blur_omega, omega_dim=1, probability=Probability("blur_prob", 0.5, "Gaussian-blur probability."),
+)
 ROTATION = Augmentation(
-    name="rotation",
-    seed_slot=5,
-    apply=_apply_rotation,
-    omega_dim=1,
-    head_dim=4,
-    target=rotation_target,
-    loss=categorical_cross_entropy,
-    metric=categorical_error,
+    name="rotation", seed_slot=5, sample=_sample_rotation, transform=_rotate, omega=_rotation_omega, omega_dim=1,
+    commutes_with_device=True,
+    probability=Probability("rotation_prob", 0.0, "Rotation probability (default 0.5 when rotation is predicted, "
+                            "else 0).", when_predicted=0.5),
+    head_dim=4, target=rotation_target, loss=categorical_cross_entropy, metric=categorical_error,
 )
-SOLARIZE = _regression("solarize", 6, _apply_solarize, 1)
+SOLARIZE = _regression(
+    "solarize", seed_slot=6, sample=_sample_solarize, transform=_solarize, stage=DEVICE,
+    transform_batch=_solarize_batch, omega=_solarize_omega, omega_dim=1,
+    probability=Probability("solarize_prob", 0.0, "Solarization probability (default 0.5 when solarize is "
+                            "predicted, else 0).", when_predicted=0.5),
+)
 
 # Order of application (fixed; DESIGN.md §2): solarization comes right after colour jitter, as in the
 # paper's appendix (it does not commute with grayscale or blur). Seed slots are independent of positions.
-PIPELINE: tuple[Step, ...] = (CROP, FLIP, COLOR, SOLARIZE, GRAYSCALE, BLUR, ROTATION)
-
+# Lists and dicts below are updated in place by `register`, so importers see registered steps.
+PIPELINE: list[Step] = []
 # Listed by seed slot, not by position: the public order (AUGSELF_CHOICES, error messages, heads) does not
 # change when a step moves in PIPELINE.
-AUGMENTATIONS: dict[str, Augmentation] = {
-    s.name: s for s in sorted(PIPELINE, key=lambda s: s.seed_slot) if isinstance(s, Augmentation)
-}
-AUGSELF_CHOICES: tuple[str, ...] = tuple(AUGMENTATIONS)
-NUM_SEED_SLOTS: int = max(s.seed_slot for s in PIPELINE) + 1
+AUGMENTATIONS: dict[str, Augmentation] = {}
+AUGSELF_CHOICES: list[str] = []
+NUM_SEED_SLOTS: int = 0
 
-if len({s.seed_slot for s in PIPELINE}) != len(PIPELINE) or len({s.name for s in PIPELINE}) != len(PIPELINE):
-    raise RuntimeError("pipeline steps must have unique names and seed slots")
+
+def _check(pipeline: list[Step]) -> None:
+    if len({s.seed_slot for s in pipeline}) != len(pipeline) or len({s.name for s in pipeline}) != len(pipeline):
+        raise ValueError("pipeline steps must have unique names and seed slots")
+    seen_device = False
+    for step in pipeline:
+        if step.stage not in (HOST, DEVICE):
+            raise ValueError(f"step {step.name!r}: stage must be {HOST!r} or {DEVICE!r}, got {step.stage!r}")
+        if step.stage == DEVICE and step.transform_batch is None:
+            raise ValueError(f"device step {step.name!r} needs a transform_batch")
+        if step.stage == HOST and seen_device and not step.commutes_with_device:
+            raise ValueError(f"host step {step.name!r} follows a device step but does not commute with it")
+        if (step.omega is None) != (step.omega_dim == 0):
+            raise ValueError(f"step {step.name!r}: omega and omega_dim go together")
+        seen_device |= step.stage == DEVICE
+
+
+def _publish(pipeline: list[Step]) -> None:
+    global NUM_SEED_SLOTS
+    _check(pipeline)
+    PIPELINE[:] = pipeline
+    AUGMENTATIONS.clear()
+    AUGMENTATIONS.update(
+        {s.name: s for s in sorted(pipeline, key=lambda s: s.seed_slot) if isinstance(s, Augmentation)}
+    )
+    AUGSELF_CHOICES[:] = list(AUGMENTATIONS)
+    NUM_SEED_SLOTS = max(s.seed_slot for s in pipeline) + 1
+
+
+def register(step: Step, *, after: str) -> None:
+    """Adds a step to the pipeline right after the step named ``after`` (an augmentation is then predictable).
+
+    Raises:
+      ValueError: a clash of name or seed slot, an unknown ``after``, or a host step that would follow a
+        device step without commuting with it.
+    """
+    names = [s.name for s in PIPELINE]
+    if after not in names:
+        raise ValueError(f"unknown step {after!r}; steps are {', '.join(names)}")
+    pipeline = list(PIPELINE)
+    pipeline.insert(names.index(after) + 1, step)
+    _publish(pipeline)
+
+
+def unregister(name: str) -> None:
+    """Removes a registered step (tests use it to undo ``register``)."""
+    _publish([s for s in PIPELINE if s.name != name])
+
+
+def probabilities() -> list[Probability]:
+    """Every step's probability knob, in pipeline order (flags and config validation read this)."""
+    return [s.probability for s in PIPELINE if s.probability is not None]
+
+
+_publish([CROP, FLIP, COLOR, SOLARIZE, GRAYSCALE, BLUR, ROTATION])
 
 
 def parse_augself(text: str | None) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from augself_tf.augment import AugmentConfig, augment_view
+from augself_tf.augment import PHOTOMETRIC_MODES, AugmentConfig, augment_view, augment_view_for_device
 
 _SHUFFLE_SALT = 0x5EED
 _VIEW_SALT = 0xA11
@@ -23,12 +23,21 @@ def example_seed(seed: int, epoch: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
     return tf.random.experimental.stateless_fold_in(s, tf.cast(index, tf.int64))
 
 
-def two_views(example: dict, seed: tf.Tensor, config: AugmentConfig) -> dict:
-    """Maps one source example to {view1, view2, omega1, omega2[, label]} from a seed [2]."""
+def two_views(example: dict, seed: tf.Tensor, config: AugmentConfig, photometric: str = "host") -> dict:
+    """Maps one source example to {view1, view2, omega1, omega2[, label]} from a seed [2].
+
+    With ``photometric="device"`` the views are uint8 with only the geometric steps applied, and the
+    photometric steps' draws ride along as ``device1`` / ``device2`` for ``finish_views``.
+    """
     s1, s2 = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-    v1, o1 = augment_view(example["image"], s1, config)
-    v2, o2 = augment_view(example["image"], s2, config)
-    out = {"view1": v1, "view2": v2, "omega1": o1, "omega2": o2}
+    if photometric == "device":
+        v1, o1, d1 = augment_view_for_device(example["image"], s1, config)
+        v2, o2, d2 = augment_view_for_device(example["image"], s2, config)
+        out = {"view1": v1, "view2": v2, "omega1": o1, "omega2": o2, "device1": d1, "device2": d2}
+    else:
+        v1, o1 = augment_view(example["image"], s1, config)
+        v2, o2 = augment_view(example["image"], s2, config)
+        out = {"view1": v1, "view2": v2, "omega1": o1, "omega2": o2}
     if "label" in example:
         out["label"] = tf.cast(example["label"], tf.int64)
     return out
@@ -48,6 +57,7 @@ def make_pair_dataset(
     shard: tuple[int, int] | None = None,
     cache: bool = False,
     deterministic: bool = True,
+    photometric: str = "host",
 ) -> tf.data.Dataset:
     """Batches of two augmented views with their ω, epoch after epoch.
 
@@ -63,9 +73,13 @@ def make_pair_dataset(
       shard: (index, count) of this input pipeline, for multi-worker input sharding.
       cache: keep the decoded source in memory across epochs.
       deterministic: keep element order fixed under parallel map (needed for exact resume).
+      photometric: "host" applies every augmentation here (float32 views); "device" leaves the photometric
+        ones to ``augself_tf.augment.finish_views`` in the training step (uint8 views, same draws and ω).
     """
     if batch_size <= 0:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
+    if photometric not in PHOTOMETRIC_MODES:
+        raise ValueError(f"photometric must be one of {', '.join(PHOTOMETRIC_MODES)}, got {photometric!r}")
     if batches_per_epoch is not None and batches_per_epoch <= 0:
         raise ValueError(f"batches_per_epoch must be positive, got {batches_per_epoch}")
     # Enumerate before sharding so an example's index (and so its views) is global, not per worker.
@@ -81,7 +95,7 @@ def make_pair_dataset(
         shuffle_seed = tf.random.experimental.stateless_fold_in(tf.constant([seed, _SHUFFLE_SALT], tf.int64), epoch)[0]
         ds = base.shuffle(shuffle_buffer, seed=shuffle_seed, reshuffle_each_iteration=False)
         ds = ds.map(
-            lambda i, ex: two_views(ex, example_seed(seed, epoch, i), config),
+            lambda i, ex: two_views(ex, example_seed(seed, epoch, i), config, photometric),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=deterministic,
         )

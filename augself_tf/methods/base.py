@@ -11,6 +11,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from augself_tf.augment import AugmentConfig, finish_views
 from augself_tf.augment.registry import AUGMENTATIONS
 from augself_tf.models.resnet import mlp
 
@@ -27,6 +28,8 @@ class AugSelfModel(keras.Model):
       weight_decay: coupled L2 coefficient added to every gradient (PyTorch SGD semantics, which the
         paper's numbers come from; Keras' own `weight_decay` is decoupled and is not used).
       synchronized_bn: cross-replica batch statistics in the heads.
+      augment: the augmentation settings, for the device stage of a batch made with
+        ``photometric="device"`` (``finish_views`` runs at the start of every step, per replica).
     """
 
     method_name = "none"
@@ -42,6 +45,7 @@ class AugSelfModel(keras.Model):
         augself_weight: float = 1.0,
         weight_decay: float = 0.0,
         synchronized_bn: bool = False,
+        augment: AugmentConfig | None = None,
         **kwargs,
     ) -> None:
         super().__init__(name=kwargs.pop("name", self.method_name), **kwargs)
@@ -56,6 +60,7 @@ class AugSelfModel(keras.Model):
         self.augself_weight = float(augself_weight)
         self.weight_decay = float(weight_decay)
         self.synchronized_bn = synchronized_bn
+        self.augment_config = augment or AugmentConfig()
         self.augself_heads = {
             name: mlp(
                 [AUGSELF_HIDDEN, AUGSELF_HIDDEN, AUGMENTATIONS[name].head_dim],
@@ -139,6 +144,7 @@ class AugSelfModel(keras.Model):
 
     def compute_losses(self, batch: dict, training: bool = True) -> tuple[tf.Tensor, dict]:
         """Total loss and a dict of scalar logs for one (per-replica) batch."""
+        batch = finish_views(batch, self.augment_config)
         f1, f2, method_loss, logs = self.method_forward(batch, training)
         aug_loss, aug_logs = self.augself_loss(f1, f2, batch["omega1"], batch["omega2"], training)
         total = method_loss + self.augself_weight * aug_loss

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import keras
 import tensorflow as tf
 
-from augself_tf.augment import AugmentConfig
+from augself_tf.augment import PHOTOMETRIC_MODES, AugmentConfig, finish_views
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source, source_info
 from augself_tf.export.saved_model import export_backbone
@@ -55,6 +55,7 @@ class TrainConfig:
     mixed_precision: str | None = None
     jit_compile: bool = False
     deterministic: bool = False  # bit-identical reruns and resumes on CPU (one thread per op; slower)
+    photometric: str = "auto"  # host | device | auto (device when a GPU or TPU is visible)
     method_options: dict = dataclasses.field(default_factory=dict)
     log_every: int = 10
     checkpoint_every: int = 0  # steps; 0 = at the end of every epoch
@@ -130,9 +131,20 @@ def distributed_pairs(
             shuffle_buffer=cfg.shuffle_buffer,
             shard=(ctx.input_pipeline_id, ctx.num_input_pipelines),
             cache=cache,
+            photometric=resolve_photometric(cfg.photometric),
         )
 
     return strategy.distribute_datasets_from_function(dataset_fn)
+
+
+def resolve_photometric(mode: str) -> str:
+    """``auto`` -> ``device`` when a GPU or TPU is visible (the host's CPUs would bind), else ``host``."""
+    if mode not in ("auto", *PHOTOMETRIC_MODES):
+        raise ValueError(f"unknown photometric mode {mode!r}; choose from auto, {', '.join(PHOTOMETRIC_MODES)}")
+    if mode != "auto":
+        return mode
+    accelerators = tf.config.list_logical_devices("GPU") + tf.config.list_logical_devices("TPU")
+    return "device" if accelerators else "host"
 
 
 def default_queue_size(num_examples: int, global_batch: int, paper_size: int = 65536) -> int:
@@ -155,6 +167,7 @@ def train(cfg: TrainConfig) -> TrainResult:
     if cfg.deterministic:
         make_deterministic()
     strategy = make_strategy(cfg.strategy, cfg.cpu_replicas)
+    cfg = dataclasses.replace(cfg, photometric=resolve_photometric(cfg.photometric))
     replicas = strategy.num_replicas_in_sync
     if cfg.batch_size % replicas:
         raise ValueError(f"global batch size {cfg.batch_size} is not divisible by the {replicas} replicas")
@@ -207,6 +220,7 @@ def train(cfg: TrainConfig) -> TrainResult:
             augself_weight=cfg.augself_weight,
             weight_decay=cfg.weight_decay,
             synchronized_bn=replicas > 1,
+            augment=cfg.augment,
         )
         model.build_all(cfg.augment.image_size)
         optimizer = build_optimizer(cfg.lr, cfg.batch_size, total_steps, mixed_precision=cfg.mixed_precision)
@@ -240,7 +254,8 @@ def train(cfg: TrainConfig) -> TrainResult:
             )
 
     writer = summaries.make_writer(tb_dir if chief else None)
-    _log(cfg, summaries.describe_run(cfg, replicas, info.num_examples, steps_per_epoch, total_steps))
+    _log(cfg, summaries.describe_run(cfg, replicas, info.num_examples, steps_per_epoch, total_steps,
+                                     resolve_photometric(cfg.photometric)))
     progbar = keras.utils.Progbar(total_steps, verbose=1 if cfg.verbose else 0,
                                   stateful_metrics=None, unit_name="step", interval=1.0)
     progbar.update(step)
@@ -250,7 +265,8 @@ def train(cfg: TrainConfig) -> TrainResult:
     while step < total_steps:
         batch = next(iterator)
         if step == 0 and chief:
-            summaries.write_views(writer, strategy.experimental_local_results(batch)[0], step)
+            first = strategy.experimental_local_results(batch)[0]
+            summaries.write_views(writer, finish_views(first, cfg.augment), step)  # the views the model sees
         logs = step_fn(batch)  # dispatched; nothing below waits for it except at log and save steps
         step += 1
         pairs_since += cfg.batch_size

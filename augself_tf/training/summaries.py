@@ -40,12 +40,18 @@ def write_views(writer: tf.summary.SummaryWriter | None, batch: dict, step: int,
         tf.summary.text("views/omega", table)
 
 
-def describe_run(cfg, replicas: int, num_examples: int, steps_per_epoch: int, total_steps: int) -> str:
+_WHERE = {"host": "in the tf.data pipeline", "device": "batched in the training step, uint8 views"}
+
+
+def describe_run(
+    cfg, replicas: int, num_examples: int, steps_per_epoch: int, total_steps: int, photometric: str = "host"
+) -> str:
     """One paragraph a user reads before a long run starts."""
     aug = ",".join(cfg.augself) or "off"
     return (
         f"Pretraining {cfg.method} + AugSelf[{aug}] (λ={cfg.augself_weight}) on {cfg.dataset}:{cfg.split} "
         f"({num_examples} images), {cfg.backbone} width {cfg.width} at {cfg.augment.image_size} px\n"
+        f"  photometric augmentations: {photometric} ({_WHERE[photometric]})\n"
         f"  global batch {cfg.batch_size} on {replicas} replica(s), {steps_per_epoch} steps/epoch, "
         f"{total_steps} steps, lr {cfg.lr}×batch/256, coupled L2 {cfg.weight_decay}\n"
         f"  model_dir {cfg.model_dir}"

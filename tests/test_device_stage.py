@@ -1,0 +1,190 @@
+"""The device stage: tf.data does the geometry and ships uint8 views, `finish_views` applies the photometric
+steps batched in the training step. Same seeds -> same ω and, up to uint8 rounding, the same views as the
+host pipeline, on real images; plus a toy augmentation registered in the test alone, predicted and trained."""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from augself_tf.augment import AugmentConfig, augment_view, augment_view_for_device, finish_views, registry
+from augself_tf.data.pretrain import make_pair_dataset
+from augself_tf.data.sources import load_source
+from augself_tf.training.loop import TrainConfig, train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "..", "shared", "data")
+ON = dict(flip_prob=1.0, jitter_prob=1.0, gray_prob=0.0, blur_prob=1.0, rotation_prob=1.0, solarize_prob=1.0)
+OFF = dict(flip_prob=0.0, jitter_prob=0.0, gray_prob=0.0, blur_prob=0.0)
+
+
+def _real_images() -> list[tf.Tensor]:
+    """Tiny-ImageNet (64 px, some grayscale JPEGs) and CIFAR-10 (32 px) images from shared/data."""
+    tiny = sorted(glob.glob(os.path.join(DATA, "tiny-imagenet-mini", "images", "*", "*.JPEG")))[::97][:16]
+    cifar = sorted(glob.glob(os.path.join(DATA, "cifar10-mini", "train", "*", "*.jpg")))[::211][:8]
+    assert len(tiny) == 16 and len(cifar) == 8, f"real images not found under {DATA}"
+    return [tf.io.decode_image(tf.io.read_file(f), expand_animations=False) for f in tiny + cifar]
+
+
+IMAGES = _real_images()
+
+
+def _stack(items: list) -> dict:
+    return tf.nest.map_structure(lambda *xs: tf.stack(xs), *items)
+
+
+def _both_modes(config: AugmentConfig, salt: int) -> tuple[np.ndarray, np.ndarray, list, list, dict]:
+    """(host views, finished device views, host ω, device ω, device draws) for every image."""
+    host, omega_h, dev, omega_d, draws = [], [], [], [], []
+    for i, image in enumerate(IMAGES):
+        seed = tf.constant([salt, i], tf.int64)
+        view, omega = augment_view(image, seed, config)
+        host.append(view.numpy())
+        omega_h.append(omega)
+        view8, omega, params = augment_view_for_device(image, seed, config)
+        assert view8.dtype == tf.uint8
+        dev.append(view8)
+        omega_d.append(omega)
+        draws.append(params)
+    params = _stack(draws)
+    batch = {"view1": tf.stack(dev), "view2": tf.stack(dev), "device1": params, "device2": params}
+    finished = finish_views(batch, config)
+    assert finished["view1"].dtype == tf.float32
+    return np.stack(host), finished["view1"].numpy(), omega_h, omega_d, params
+
+
+@pytest.mark.parametrize(
+    "name, config",
+    [
+        ("every op on", AugmentConfig(image_size=40, **ON)),
+        ("every op on, grayscale too", AugmentConfig(image_size=40, **{**ON, "gray_prob": 1.0})),
+        ("every op off", AugmentConfig(image_size=40, **OFF)),
+        ("the paper's probabilities", AugmentConfig(image_size=40)),
+        ("the paper's, 96 px (9-tap blur), strong colour", AugmentConfig(image_size=96).with_color_strength(1.5)),
+    ],
+)
+def test_device_stage_equals_host_pipeline_on_real_images(name, config):
+    host, device, omega_h, omega_d, params = _both_modes(config, salt=hash(name) % 1000)
+    assert device.shape == host.shape
+    assert np.abs(device - host).mean() <= 2e-3, name
+    for a, b in zip(omega_h, omega_d, strict=True):
+        assert a.keys() == b.keys() == set(registry.AUGMENTATIONS)
+        for key in a:
+            np.testing.assert_array_equal(a[key].numpy(), b[key].numpy(), err_msg=key)
+    if config.jitter_prob == 1.0:  # the batch mixes jitter orders: each example must get its own
+        assert len({tuple(o) for o in params["color"]["order"].numpy()}) >= 5
+
+
+def test_rounding_is_the_only_difference_without_thresholds():
+    """With solarization off, nothing can amplify the uint8 rounding: each pixel within a few 1/255 steps."""
+    config = AugmentConfig(image_size=40, **{**ON, "solarize_prob": 0.0})
+    host, device, *_ = _both_modes(config, salt=7)
+    assert np.abs(device - host).max() <= 4 / 255
+
+
+def test_finish_views_only_casts_a_host_batch():
+    config = AugmentConfig(image_size=16)
+    ds = make_pair_dataset(load_source("shapes", "test"), config, seed=0, batch_size=4, num_epochs=1)
+    batch = next(iter(ds))
+    out = finish_views(batch, config)
+    for key in ("view1", "view2"):
+        np.testing.assert_array_equal(out[key].numpy(), batch[key].numpy())
+    with pytest.raises(ValueError, match="device-stage draws"):
+        finish_views({**batch, "view1": tf.cast(batch["view1"] * 255, tf.uint8)}, config)
+
+
+def test_device_mode_dataset_ships_uint8_and_the_same_omega():
+    config = AugmentConfig(image_size=16)
+    source = load_source("shapes", "test")
+    host = next(iter(make_pair_dataset(source, config, seed=3, batch_size=8, num_epochs=1)))
+    dev = next(iter(make_pair_dataset(source, config, seed=3, batch_size=8, num_epochs=1, photometric="device")))
+    assert dev["view1"].dtype == tf.uint8 and host["view1"].dtype == tf.float32
+    assert set(dev) == set(host) | {"device1", "device2"}
+    assert set(dev["device1"]) == {s.name for s in registry.PIPELINE if s.stage == registry.DEVICE}
+    for view in ("omega1", "omega2"):
+        assert set(dev[view]) == set(host[view]) == set(registry.AUGMENTATIONS)
+        for key in host[view]:
+            np.testing.assert_array_equal(dev[view][key].numpy(), host[view][key].numpy())
+    finished = finish_views(dev, config)
+    assert np.abs(finished["view2"].numpy() - host["view2"].numpy()).mean() <= 2e-3
+    with pytest.raises(ValueError, match="photometric must be one of host, device"):
+        make_pair_dataset(source, config, seed=3, batch_size=8, photometric="gpu")
+
+
+# ------------------------------------------------------------------ a toy augmentation, in this test only
+
+SHIFT = 0.2
+
+
+def _sample_shift(seed, shape, config):
+    seeds = tf.random.experimental.stateless_split(seed, 2)
+    return {"applied": tf.random.stateless_uniform([], seeds[0]) < config.probability("shift_prob"),
+            "delta": tf.random.stateless_uniform([], seeds[1], -SHIFT, SHIFT)}
+
+
+def _shift(image, params, config):
+    return tf.where(params["applied"], tf.clip_by_value(image + params["delta"], 0.0, 1.0), image)
+
+
+def _shift_batch(images, params, config):
+    delta = tf.reshape(tf.where(params["applied"], params["delta"], 0.0), [-1, 1, 1, 1])
+    return tf.clip_by_value(images + delta, 0.0, 1.0)
+
+
+def _shift_omega(params, config):
+    return tf.reshape(tf.where(params["applied"], params["delta"] / SHIFT, 0.0), [1])
+
+
+TOY = registry.Augmentation(
+    name="shift", seed_slot=40, sample=_sample_shift, transform=_shift, stage=registry.DEVICE,
+    transform_batch=_shift_batch, omega=_shift_omega, omega_dim=1,
+    probability=registry.Probability("shift_prob", 0.5, "Brightness-shift probability."),
+    head_dim=1, target=lambda o1, o2: o1["shift"] - o2["shift"], loss=registry.tanh_mse, metric=registry.tanh_mse,
+)
+
+
+@pytest.fixture
+def toy_registered():
+    registry.register(TOY, after="color")
+    try:
+        yield
+    finally:
+        registry.unregister("shift")
+    assert "shift" not in registry.AUGMENTATIONS
+
+
+def test_a_toy_augmentation_is_one_entry_predicted_and_trained(toy_registered, tmp_path):
+    assert [s.name for s in registry.PIPELINE][:4] == ["crop", "flip", "color", "shift"]
+    assert "shift" in registry.AUGSELF_CHOICES and registry.parse_augself("crop,shift") == ("crop", "shift")
+    config = AugmentConfig(image_size=16, probabilities=(("shift_prob", 1.0),))
+    assert config.probability("shift_prob") == 1.0 and AugmentConfig().probability("shift_prob") == 0.5
+    with pytest.raises(ValueError, match="shift_prob must be a probability"):
+        AugmentConfig(probabilities=(("shift_prob", 1.5),))
+    # ω travels from tf.data, the device stage applies it, and the two modes agree on real images.
+    host, device, omega_h, _, _ = _both_modes(dataclasses.replace(config, image_size=32), salt=11)
+    assert np.abs(device - host).mean() <= 2e-3
+    assert all(abs(float(o["shift"][0])) > 0 for o in omega_h)
+    cfg = TrainConfig(method="simsiam", augself=("crop", "shift"), dataset="shapes", backbone="resnet18_cifar",
+                      width=0.0625, augment=config, batch_size=8, max_steps=1, model_dir=str(tmp_path),
+                      method_options={"projector_dim": 16, "predictor_hidden": 8}, verbose=0, export=False,
+                      photometric="device", shuffle_buffer=64)
+    result = train(cfg)
+    assert result.steps == 1
+    assert np.isfinite(result.last_logs["augself/shift_loss"]) and result.last_logs["augself/shift_loss"] > 0
+    assert "shift" in result.model.augself_heads
+
+
+def test_register_rejects_what_would_break_the_contract():
+    with pytest.raises(ValueError, match="unique names and seed slots"):
+        registry.register(dataclasses.replace(TOY, seed_slot=2), after="color")
+    with pytest.raises(ValueError, match="does not commute"):
+        registry.register(dataclasses.replace(TOY, stage=registry.HOST), after="blur")
+    with pytest.raises(ValueError, match="unknown step"):
+        registry.register(TOY, after="nothing")
+    assert [s.name for s in registry.PIPELINE] == ["crop", "flip", "color", "solarize", "grayscale", "blur",
+                                                     "rotation"]
