@@ -17,7 +17,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = 400  # seconds per launch; ~1 min on an idle 2-core machine, several times that under load
 TINY = ["--strategy=multi_worker", "--method=simclr", "--augself=crop,color", "--dataset=shapes",
-        "--width=0.0625", "--image_size=16", "--batch_size=16", "--epochs=1", "--log_every=1"]
+        "--width=0.0625", "--image_size=16", "--batch_size=16", "--epochs=1", "--log_every=1",
+        "--photometric=device"]  # the path multi-GPU workers take: uint8 views, photometric ops in the step
 
 
 def _free_ports(n: int) -> list[int]:

@@ -56,7 +56,7 @@ def _launch(model_dir: str, log_path: str) -> subprocess.Popen:
     cmd = [sys.executable, os.path.join(ROOT, "train_main.py"), "--deterministic", "--cpu_replicas=2",
            "--method=moco", "--augself=crop,color", "--dataset=shapes", "--split=test", "--width=0.0625",
            "--image_size=16", "--batch_size=16", "--max_steps=14", "--checkpoint_every=2", "--log_every=1",
-           "--queue_size=64", "--projector_hidden=32", "--projector_dim=16", "--noexport",
+           "--queue_size=64", "--projector_hidden=32", "--projector_dim=16", "--noexport", "--photometric=device",
            f"--model_dir={model_dir}"]
     log = open(log_path, "w")  # noqa: SIM115 (closed by the child's exit)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")

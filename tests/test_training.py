@@ -69,7 +69,8 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
 
 
 def test_two_replicas_train_finite_and_export_loads_without_the_project(tmp_path):
-    result = train(tiny(str(tmp_path / "run"), method="simsiam", cpu_replicas=2, max_steps=3,
+    # The device stage (uint8 views, photometric ops batched per replica) is the path 8-GPU runs take.
+    result = train(tiny(str(tmp_path / "run"), method="simsiam", cpu_replicas=2, max_steps=3, photometric="device",
                         method_options={"projector_dim": 32, "predictor_hidden": 8}))
     assert np.isfinite(result.last_logs["loss/total"])
     assert result.model.distribute_strategy.num_replicas_in_sync == 2
@@ -186,3 +187,16 @@ def test_default_moco_queue_is_the_papers_or_at_most_sixty_percent_of_the_data()
     assert default_queue_size(5000, 256) == 2816  # ≤ 0.6·5000, a whole number of batches
     assert default_queue_size(3500, 128) == 2048
     assert default_queue_size(100, 64) == 64  # never below one batch
+
+
+@pytest.mark.parametrize("photometric", ["host", "device"])
+def test_mixed_precision_and_xla_step_on_one_device(tmp_path, photometric):
+    import keras
+
+    try:
+        result = train(tiny(str(tmp_path / "run"), method="simsiam", max_steps=2, mixed_precision="bfloat16",
+                            jit_compile=True, photometric=photometric, export=False,
+                            method_options={"projector_dim": 16, "predictor_hidden": 8}))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")  # train() sets the process-wide policy
+    assert result.steps == 2 and np.isfinite(result.last_logs["loss/total"])
