@@ -305,7 +305,7 @@ def test_grayscale_is_luma_replicated():
 
 # ------------------------------------------------------------------------ 3b. the whole pipeline, in order
 
-# DESIGN.md §2 / the paper's appendix: solarization comes right after colour jitter.
+# docs/architecture.md / the paper's appendix: solarization comes right after colour jitter.
 DESIGN_ORDER = ("crop", "flip", "color", "solarize", "grayscale", "blur", "rotation")
 OLD_ORDER = ("crop", "flip", "color", "grayscale", "blur", "rotation", "solarize")  # solarize last: wrong
 
@@ -565,7 +565,7 @@ def test_registry_entries():
         "solarize": (1, 1),
     }
     assert all(a.name == k for k, a in AUGMENTATIONS.items())
-    # Order of application: DESIGN.md §2 (solarization right after colour jitter, as in the paper).
+    # Order of application: docs/architecture.md (solarization right after colour jitter, as in the paper).
     assert [s.name for s in registry.PIPELINE] == [
         "crop",
         "flip",

@@ -34,7 +34,7 @@ def _model(method: str, augself=("crop", "color"), seed: int = 1, sync: bool = F
 
 
 def _np_targets(o1: dict, o2: dict) -> dict:
-    """DESIGN.md §2 written out independently of the registry."""
+    """docs/architecture.md written out independently of the registry."""
     c1, c2 = o1["crop"].copy(), o2["crop"].copy()
     flipped = o1["flip"][:, 0] > 0.5
     c1[flipped, 1] = 1 - c1[flipped, 1]

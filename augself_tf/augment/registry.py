@@ -1,11 +1,14 @@
 """THE registry of augmentations: how each is sampled and applied, its ω, its AugSelf target and loss.
 
-``PIPELINE`` lists the steps in their (fixed) order of application (DESIGN.md §2): RandomResizedCrop
+``PIPELINE`` lists the steps in their (fixed) order of application (docs/architecture.md): RandomResizedCrop
 -> horizontal flip -> colour jitter -> solarization -> grayscale -> Gaussian blur -> rotation by k*90°.
 Steps whose parameters AugSelf can predict are ``Augmentation`` entries and appear in ``AUGMENTATIONS``
 (grayscale has no ω and does not).
-Adding an augmentation = one op in ``ops.py`` + one ``Augmentation`` entry in ``PIPELINE`` below (+ its
-config field); ``augment_view``, ``omega_diff``, the model's heads and its losses all loop over this.
+Each entry declares its draws, its stage (``HOST``: in tf.data; ``DEVICE``: pixel-wise, may run batched in
+the training step via ``finish_views``), its probability knob and its ω. Adding an augmentation = its op +
+its entry (in ``_publish`` below, or ``register(entry, after=...)``); ``augment_view``, ``finish_views``,
+``omega_diff``, train_main's probability flags, ``AugmentConfig`` validation, the model's heads and losses
+all loop over this.
 
 Randomness: ``augment_view`` gives every step its own seed, row ``seed_slot`` of
 ``stateless_split(seed, NUM_SEED_SLOTS)``; a step splits it further for its own draws. Slots are fixed per
@@ -513,7 +516,7 @@ SOLARIZE = _regression(
                             "predicted, else 0).", when_predicted=0.5),
 )
 
-# Order of application (fixed; DESIGN.md §2): solarization comes right after colour jitter, as in the
+# Order of application (fixed; docs/architecture.md): solarization comes right after colour jitter, as in the
 # paper's appendix (it does not commute with grayscale or blur). Seed slots are independent of positions.
 # Lists and dicts below are updated in place by `register`, so importers see registered steps.
 PIPELINE: list[Step] = []
