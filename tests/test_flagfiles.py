@@ -42,7 +42,7 @@ def parse(name: str, *extra: str) -> TrainConfig:
 
 def _signature(cfg: TrainConfig) -> TrainConfig:
     """The config with the values that cannot change what runs blanked out."""
-    augment = dataclasses.replace(cfg.augment, jitter_strength=(0.0, 0.0, 0.0, 0.0))
+    augment = dataclasses.replace(cfg.augment, jitter_strength=(0.0, 0.0, 0.0, 0.0), gray_prob=0.0)
     return dataclasses.replace(cfg, model_dir="", augself_weight=0.0, augment=augment)
 
 
@@ -106,6 +106,8 @@ def test_flagfile_parses_into_the_paper_settings(name):
     strength = float(s.group(1)) if s else 1.0
     np.testing.assert_allclose(cfg.augment.jitter_strength, (0.4 * strength, 0.4 * strength, 0.4 * strength,
                                                               0.1 * strength))
+    # As the reference code, which produced the paper's colour-strength figure: grayscale p = 0.2·s.
+    assert cfg.augment.gray_prob == pytest.approx(0.2 * strength)
     strong = {"rotation": cfg.augment.rotation_prob, "solarize": cfg.augment.solarize_prob}
     for aug, prob in strong.items():
         wanted = aug in name
