@@ -6,10 +6,10 @@ STL10's `unlabelled` split) are left out of the mean; the AugSelf heads still se
 
 from __future__ import annotations
 
-import keras
 import tensorflow as tf
 
 from augself_tf.methods.base import AugSelfModel
+from augself_tf.models.torch_init import Linear
 
 
 def masked_cross_entropy(logits: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -35,7 +35,7 @@ class Supervised(AugSelfModel):
         if num_classes is None or num_classes < 1:
             raise ValueError(f"supervised pretraining needs num_classes >= 1, got {num_classes}")
         self.num_classes = int(num_classes)
-        self.classifier = keras.layers.Dense(self.num_classes, name="classifier")
+        self.classifier = Linear(self.num_classes, name="classifier")
 
     def build_method(self, feature_dim: int) -> None:
         self.classifier(tf.zeros([2, feature_dim]))

@@ -16,11 +16,11 @@ exactly frozen.
 
 from __future__ import annotations
 
-import keras
 import tensorflow as tf
 
 from augself_tf.methods.base import AugSelfModel
 from augself_tf.models.resnet import mlp
+from augself_tf.models.torch_init import Linear
 
 
 def _all_reduce_sum(x: tf.Tensor) -> tf.Tensor:
@@ -93,7 +93,7 @@ class SwAV(AugSelfModel):
         self.freeze_prototypes_steps = int(freeze_prototypes_steps)
         self.projector = mlp([projector_hidden, projector_dim], synchronized_bn=self.synchronized_bn,
                              name="projector")
-        self.prototypes = keras.layers.Dense(num_prototypes, use_bias=False, name="prototypes")
+        self.prototypes = Linear(num_prototypes, use_bias=False, name="prototypes")
 
     def build_method(self, feature_dim: int) -> None:
         self.prototypes(self.projector(tf.zeros([2, feature_dim])))

@@ -1,8 +1,10 @@
 """ResNet backbones (He et al. 2016) returning global-average-pooled features.
 
 `resnet18` / `resnet50` use the ImageNet stem (7×7 stride-2 conv + max-pool); `resnet18_cifar` uses a 3×3
-stride-1 stem without max-pool for 32 px images. The last BN of every residual branch starts at γ=0 so each
-block begins as the identity (Goyal et al. 2017), as in torchvision's `zero_init_residual=True`.
+stride-1 stem without max-pool for 32 px images. They compute torchvision's function (symmetric padding,
+stride on the bottleneck's 3×3 conv; tested against an independent NumPy forward pass) and start from the
+reference code's initialisation: PyTorch's default conv/linear init and, on the last BN of every residual
+branch, γ=0 so each block begins as the identity (torchvision's `zero_init_residual=True`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import keras
 from keras import layers
 
 from augself_tf.models.sync_bn import SyncBatchNormalization
+from augself_tf.models.torch_init import Linear, torch_default_kernel
 
 BACKBONES = ("resnet18", "resnet50", "resnet18_cifar")
 
@@ -28,16 +31,16 @@ def batch_norm(synchronized: bool, zero_init: bool = False, name: str | None = N
     return kind(momentum=0.9, epsilon=1e-5, gamma_initializer="zeros" if zero_init else "ones", name=name)
 
 
-def _conv(filters: int, kernel: int, stride: int, name: str) -> layers.Layer:
-    return layers.Conv2D(
-        filters,
-        kernel,
-        strides=stride,
-        padding="same",
-        use_bias=False,
-        kernel_initializer=keras.initializers.VarianceScaling(2.0, "fan_out", "untruncated_normal"),
-        name=name,
-    )
+def _conv(filters: int, kernel: int, stride: int, name: str):
+    """Conv k×k without bias, padded k//2 on EVERY side as PyTorch pads (Keras' "same" pads only the
+    bottom/right at stride 2, which shifts each strided conv by a pixel against its shortcut), PyTorch's
+    default initialisation (the reference code's)."""
+    conv = layers.Conv2D(filters, kernel, strides=stride, padding="valid", use_bias=False,
+                         kernel_initializer=torch_default_kernel(), name=name)
+    if kernel == 1:
+        return conv
+    pad = layers.ZeroPadding2D(kernel // 2, name=f"{name}_pad")
+    return lambda x: conv(pad(x))
 
 
 def _block(x, filters: int, stride: int, kind: str, sync: bool, name: str):
@@ -85,7 +88,9 @@ def build_backbone(
     if stem == "imagenet":
         x = _conv(base, 7, 2, "stem_conv")(inputs)
         x = layers.ReLU()(batch_norm(synchronized_bn, name="stem_bn")(x))
-        x = layers.MaxPooling2D(3, 2, padding="same")(x)
+        # torchvision pads the max-pool with -inf; after the ReLU every value is >= 0 and every window holds
+        # one, so zero padding takes the same maxima.
+        x = layers.MaxPooling2D(3, 2, padding="valid")(layers.ZeroPadding2D(1, name="stem_pool_pad")(x))
     else:
         x = _conv(base, 3, 1, "stem_conv")(inputs)
         x = layers.ReLU()(batch_norm(synchronized_bn, name="stem_bn")(x))
@@ -114,7 +119,7 @@ def mlp(
     for i, d in enumerate(dims):
         last = i == len(dims) - 1
         use_bn = (last and last_bn) or (not last and hidden_bn)
-        stack.append(layers.Dense(d, use_bias=not use_bn, name=f"{name}_fc{i + 1}"))
+        stack.append(Linear(d, use_bias=not use_bn, name=f"{name}_fc{i + 1}"))
         if use_bn:
             stack.append(batch_norm(synchronized_bn, name=f"{name}_bn{i + 1}"))
         if not last:
