@@ -9,8 +9,10 @@ branch, γ=0 so each block begins as the identity (torchvision's `zero_init_resi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import keras
-from keras import layers
+from keras import KerasTensor, layers
 
 from augself_tf.models.sync_bn import SyncBatchNormalization
 from augself_tf.models.torch_init import Linear, torch_default_kernel
@@ -31,7 +33,7 @@ def batch_norm(synchronized: bool, zero_init: bool = False, name: str | None = N
     return kind(momentum=0.9, epsilon=1e-5, gamma_initializer="zeros" if zero_init else "ones", name=name)
 
 
-def _conv(filters: int, kernel: int, stride: int, name: str):
+def _conv(filters: int, kernel: int, stride: int, name: str) -> Callable[[KerasTensor], KerasTensor]:
     """Conv k×k without bias, padded k//2 on EVERY side as PyTorch pads (Keras' "same" pads only the
     bottom/right at stride 2, which shifts each strided conv by a pixel against its shortcut), PyTorch's
     default initialisation (the reference code's)."""
@@ -43,7 +45,7 @@ def _conv(filters: int, kernel: int, stride: int, name: str):
     return lambda x: conv(pad(x))
 
 
-def _block(x, filters: int, stride: int, kind: str, sync: bool, name: str):
+def _block(x: KerasTensor, filters: int, stride: int, kind: str, sync: bool, name: str) -> KerasTensor:
     out_filters = filters * (4 if kind == "bottleneck" else 1)
     shortcut = x
     if stride != 1 or x.shape[-1] != out_filters:
@@ -88,8 +90,7 @@ def build_backbone(
     if stem == "imagenet":
         x = _conv(base, 7, 2, "stem_conv")(inputs)
         x = layers.ReLU()(batch_norm(synchronized_bn, name="stem_bn")(x))
-        # torchvision pads the max-pool with -inf; after the ReLU every value is >= 0 and every window holds
-        # one, so zero padding takes the same maxima.
+        # torchvision pads with -inf; post-ReLU values are >= 0 and each window holds a real pixel: 0-pad is exact.
         x = layers.MaxPooling2D(3, 2, padding="valid")(layers.ZeroPadding2D(1, name="stem_pool_pad")(x))
     else:
         x = _conv(base, 3, 1, "stem_conv")(inputs)
