@@ -104,11 +104,12 @@ def test_backbone_equals_an_independent_torchvision_forward(name: str, width: fl
 
 def test_initialisation_is_the_reference_codes() -> None:
     """PyTorch's defaults (the reference resets every Conv2d/Linear): U(±1/√fan_in); BN γ=1 except γ=0 last."""
+    keras.utils.set_random_seed(0)  # as train() seeds it; the bounds below hold for any seed but fixed is repeatable
     model = build_backbone("resnet18", 0.25)
     for layer in model.layers:
         if type(layer).__name__ == "Conv2D":
             w = layer.kernel.numpy()
-            bound = 1.0 / np.sqrt(np.prod(w.shape[:3]))
+            bound = 1.0 / np.sqrt(np.prod(w.shape[:3])) * (1 + 1e-6)  # float32 rounding of the limit
             assert np.abs(w).max() <= bound and np.abs(w).max() > 0.9 * bound, layer.name
             if w.size > 1000:
                 np.testing.assert_allclose(w.std(), bound / np.sqrt(3), rtol=0.1, err_msg=layer.name)
