@@ -18,7 +18,9 @@ from augself_tf.data.sources import load_source
 from augself_tf.training.loop import TrainConfig, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.path.join(ROOT, "..", "shared", "data")
+# shared/ sits beside the checkout (CI's clone and the work tree); /work/shared is where it lives here.
+DATA = next((d for d in (os.path.join(ROOT, "..", "shared", "data"), "/work/shared/data") if os.path.isdir(d)),
+            os.path.join(ROOT, "..", "shared", "data"))
 ON = dict(flip_prob=1.0, jitter_prob=1.0, gray_prob=0.0, blur_prob=1.0, rotation_prob=1.0, solarize_prob=1.0)
 OFF = dict(flip_prob=0.0, jitter_prob=0.0, gray_prob=0.0, blur_prob=0.0)
 
