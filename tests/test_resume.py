@@ -32,6 +32,7 @@ def _replica_views(strategy, cfg: TrainConfig, steps_per_epoch: int, start: int,
 def test_every_replica_gets_the_same_examples_at_every_step_resumed_or_not():
     # shapes 'test' has 1000 images: with a global batch of 16 on 2 replicas, the loop's epoch is 62 steps
     # while the per-replica stream holds 125 batches of 8, not 2·62; epochs must still line up.
+    tf.random.set_seed(None)  # as train() does: an earlier test's global seed breaks tf.data's per-epoch seeds
     strategy = mirrored_cpus()
     cfg = TrainConfig(dataset="shapes", split="test", batch_size=16, augment=AugmentConfig(image_size=8),
                       shuffle_buffer=1000)
