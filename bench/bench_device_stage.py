@@ -110,23 +110,6 @@ def jpeg_source(jpegs: np.ndarray) -> tf.data.Dataset:
 # ----------------------------------------------------------------------------------------------- timing
 
 
-def drain(make_ds, batch_size: int, *, warmup: int, min_batches: int, min_seconds: float) -> common.Timing:
-    """A fresh dataset, `warmup` batches discarded, then >= `min_batches` batches and >= `min_seconds` timed."""
-    it = iter(make_ds())
-    for _ in range(warmup):
-        next(it)
-    n = 0
-    t0, c0 = time.perf_counter(), time.process_time()
-    while n < min_batches or time.perf_counter() - t0 < min_seconds:
-        next(it)
-        n += 1
-    timing = common.Timing(time.perf_counter() - t0, time.process_time() - c0, n * batch_size)
-    del it
-    gc.collect()
-    time.sleep(0.3)  # let the iterator's threads wind down before the next measurement
-    return timing
-
-
 def with_threads(ds: tf.data.Dataset, threads: int) -> tf.data.Dataset:
     if not threads:
         return ds
@@ -147,7 +130,7 @@ def interleaved_pipelines(factories: dict, batch_size: int, args) -> dict[str, l
     for r in range(args.repeats):
         t_round = time.perf_counter()
         for name in names if r % 2 == 0 else names[::-1]:
-            times[name].append(drain(factories[name], batch_size, warmup=args.warmup_batches,
+            times[name].append(common.drain(factories[name], batch_size, warmup=args.warmup_batches,
                                      min_batches=args.min_batches, min_seconds=args.min_seconds))
         print(f"# pipeline round {r + 1}/{args.repeats}: {time.perf_counter() - t_round:.0f}s", flush=True)
     return times
@@ -295,7 +278,7 @@ def part_jpeg(jpegs, args) -> dict:
             def make(fn=fn):
                 ds = tf.data.Dataset.from_tensor_slices(data).repeat().enumerate()
                 return ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE).batch(batch).prefetch(1)
-            t = drain(make, batch, warmup=1, min_batches=2, min_seconds=min(args.min_seconds, 2.0))
+            t = common.drain(make, batch, warmup=1, min_batches=2, min_seconds=min(args.min_seconds, 2.0))
             results[name].append(1e3 * t.cpu / t.pairs)
     sizes = [len(j) for j in jpegs]
     print(f"\nJPEG {args.jpeg_width}x{args.jpeg_height}, quality {args.jpeg_quality}, mean {np.mean(sizes) / 1e3:.0f} "

@@ -88,19 +88,8 @@ def time_pipeline(
     min_seconds: float, threads: int,
 ) -> common.Timing:
     """Fresh dataset, `warmup` batches, then at least `min_batches` batches and `min_seconds` timed."""
-    it = iter(pair_dataset(source, size, variant, batch_size, threads))
-    for _ in range(warmup):
-        next(it)
-    n = 0
-    t0, c0 = time.perf_counter(), time.process_time()
-    while n < min_batches or time.perf_counter() - t0 < min_seconds:
-        next(it)
-        n += 1
-    timing = common.Timing(time.perf_counter() - t0, time.process_time() - c0, n * batch_size)
-    del it
-    gc.collect()
-    time.sleep(0.3)  # let the iterator's threads wind down before the next measurement
-    return timing
+    return common.drain(lambda: pair_dataset(source, size, variant, batch_size, threads), batch_size,
+                        warmup=warmup, min_batches=min_batches, min_seconds=min_seconds)
 
 
 def time_end_to_end(step: common.TrainStep, source: tf.data.Dataset, size: int, *, warmup: int,

@@ -214,6 +214,23 @@ class TrainStep:
 
 
 
+def drain(make_ds, batch_size: int, *, warmup: int, min_batches: int, min_seconds: float) -> Timing:
+    """A fresh dataset, `warmup` batches discarded, then >= `min_batches` batches and >= `min_seconds` timed."""
+    it = iter(make_ds())
+    for _ in range(warmup):
+        next(it)
+    n = 0
+    t0, c0 = time.perf_counter(), time.process_time()
+    while n < min_batches or time.perf_counter() - t0 < min_seconds:
+        next(it)
+        n += 1
+    timing = Timing(time.perf_counter() - t0, time.process_time() - c0, n * batch_size)
+    del it
+    gc.collect()
+    time.sleep(0.3)  # let the iterator's threads wind down before the next measurement
+    return timing
+
+
 def interleaved_steps(
     steps: dict[str, Callable[[], Timing]], *, warmup: int, repeats: int, per_round: int = 1, log: bool = True
 ) -> dict[str, list[Timing]]:
