@@ -210,10 +210,6 @@ def crop_box(
     return offset, size
 
 
-def _prob(config: AugmentConfig, field: str) -> float:
-    return config.probability(field)
-
-
 def _coin(seed: tf.Tensor, p: float) -> tf.Tensor:
     """A stateless Bernoulli(p) draw (a constant when p is 0 or 1, so a disabled step costs nothing)."""
     if p <= 0.0:
@@ -251,7 +247,7 @@ def _crop_omega(params: Params, config: AugmentConfig) -> tf.Tensor:
 
 
 def _sample_flip(seed: tf.Tensor, shape: tf.Tensor, config: AugmentConfig) -> Params:
-    return {"applied": _coin(seed, _prob(config, "flip_prob"))}
+    return {"applied": _coin(seed, config.probability("flip_prob"))}
 
 
 def _flip(image: tf.Tensor, params: Params, config: AugmentConfig) -> tf.Tensor:
@@ -296,7 +292,7 @@ def _sample_color(seed: tf.Tensor, shape: tf.Tensor, config: AugmentConfig) -> P
     """applied, u = (factor - lo) / (hi - lo) per component (0.5 for a zero-strength one), and the order."""
     lo, hi = color_ranges(config)
     zero = [b <= a for a, b in zip(lo, hi, strict=True)]  # zero-strength components: ω fixed at 0.5
-    p = 0.0 if all(zero) else _prob(config, "jitter_prob")
+    p = 0.0 if all(zero) else config.probability("jitter_prob")
     seeds = _split(seed, 3)
     return {
         "applied": _coin(seeds[0], p),
@@ -325,7 +321,7 @@ def _color_omega(params: Params, config: AugmentConfig) -> tf.Tensor:
 
 def _sample_solarize(seed: tf.Tensor, shape: tf.Tensor, config: AugmentConfig) -> Params:
     seeds = _split(seed, 2)
-    return {"applied": _coin(seeds[0], _prob(config, "solarize_prob")), "delta": _uniform(seeds[1])}
+    return {"applied": _coin(seeds[0], config.probability("solarize_prob")), "delta": _uniform(seeds[1])}
 
 
 def _solarize(image: tf.Tensor, params: Params, config: AugmentConfig) -> tf.Tensor:
@@ -347,7 +343,7 @@ def _solarize_omega(params: Params, config: AugmentConfig) -> tf.Tensor:
 
 
 def _sample_grayscale(seed: tf.Tensor, shape: tf.Tensor, config: AugmentConfig) -> Params:
-    return {"applied": _coin(seed, _prob(config, "gray_prob"))}
+    return {"applied": _coin(seed, config.probability("gray_prob"))}
 
 
 def _grayscale(image: tf.Tensor, params: Params, config: AugmentConfig) -> tf.Tensor:
@@ -364,7 +360,7 @@ def _grayscale_batch(images: tf.Tensor, params: Params, config: AugmentConfig) -
 def _sample_blur(seed: tf.Tensor, shape: tf.Tensor, config: AugmentConfig) -> Params:
     seeds = _split(seed, 2)
     lo, hi = config.blur_sigma
-    return {"applied": _coin(seeds[0], _prob(config, "blur_prob")), "sigma": lo + _uniform(seeds[1]) * (hi - lo)}
+    return {"applied": _coin(seeds[0], config.probability("blur_prob")), "sigma": lo + _uniform(seeds[1]) * (hi - lo)}
 
 
 def _blur(image: tf.Tensor, params: Params, config: AugmentConfig) -> tf.Tensor:
@@ -388,7 +384,7 @@ def _blur_omega(params: Params, config: AugmentConfig) -> tf.Tensor:
 
 def _sample_rotation(seed: tf.Tensor, shape: tf.Tensor, config: AugmentConfig) -> Params:
     seeds = _split(seed, 2)
-    applied = _coin(seeds[0], _prob(config, "rotation_prob"))
+    applied = _coin(seeds[0], config.probability("rotation_prob"))
     k = tf.random.stateless_uniform([], seed=seeds[1], minval=0, maxval=4, dtype=tf.int32)
     return {"k": tf.where(applied, k, 0)}
 

@@ -255,7 +255,7 @@ def train(cfg: TrainConfig) -> TrainResult:
 
     writer = summaries.make_writer(tb_dir if chief else None)
     _log(cfg, summaries.describe_run(cfg, replicas, info.num_examples, steps_per_epoch, total_steps,
-                                     resolve_photometric(cfg.photometric)))
+                                     cfg.photometric))  # resolved at the top of train()
     progbar = keras.utils.Progbar(total_steps, verbose=1 if cfg.verbose else 0,
                                   stateful_metrics=None, unit_name="step", interval=1.0)
     progbar.update(step)
