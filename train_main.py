@@ -13,9 +13,11 @@ import dataclasses
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
 from absl import app, flags, logging  # noqa: E402
+
+from augself_tf.startup import import_tensorflow_quietly  # noqa: E402
+
+import_tensorflow_quietly()  # before anything imports TensorFlow: its start-up notices, once each at most
 
 from augself_tf.augment import registry  # noqa: E402
 from augself_tf.methods import METHODS  # noqa: E402

@@ -20,6 +20,7 @@ from augself_tf.export.saved_model import export_backbone
 from augself_tf.methods import METHODS, build_method
 from augself_tf.methods.base import AugSelfModel
 from augself_tf.models.resnet import build_backbone
+from augself_tf.progress import MAX_LINE_LINES, Progress
 from augself_tf.training import summaries
 from augself_tf.training.determinism import make_deterministic
 from augself_tf.training.optim import build_optimizer, scaled_learning_rate
@@ -256,9 +257,11 @@ def train(cfg: TrainConfig) -> TrainResult:
     writer = summaries.make_writer(tb_dir if chief else None)
     _log(cfg, summaries.describe_run(cfg, replicas, info.num_examples, steps_per_epoch, total_steps,
                                      cfg.photometric))  # resolved at the top of train()
-    progbar = keras.utils.Progbar(total_steps, verbose=1 if cfg.verbose else 0,
-                                  stateful_metrics=None, unit_name="step", interval=1.0)
-    progbar.update(step)
+    # In a log file: about 50 lines per run, each on a logging step so its losses are fresh.
+    line_every = -(-total_steps // MAX_LINE_LINES)
+    line_every = -(-line_every // cfg.log_every) * cfg.log_every
+    progress = Progress(total_steps, "pretrain", enabled=bool(cfg.verbose), line_every=line_every)
+    progress.update(step)
     last_logs: dict = {}
     t0, pairs_since = time.perf_counter(), 0
     every = cfg.checkpoint_every or steps_per_epoch
@@ -277,15 +280,16 @@ def train(cfg: TrainConfig) -> TrainResult:
             last_logs["pairs_per_sec"] = pairs_since / max(dt, 1e-9)
             summaries.write_scalars(writer, last_logs, step)
             t0, pairs_since = time.perf_counter(), 0
-            progbar.update(step, [(k.split("/")[-1], last_logs[k]) for k in
-                                  ("loss/total", "loss/method", "loss/augself")])
+            progress.update(step, {k.split("/")[-1]: last_logs[k] for k in
+                                   ("loss/total", "loss/method", "loss/augself") if k in last_logs})
         else:
-            progbar.update(step)
+            progress.update(step)
         if step % every == 0 or step == total_steps:
             check_finite()
             manager.save(checkpoint_number=step)
         if cfg.on_step is not None:
             cfg.on_step(step)
+    progress.close()
     if writer is not None:
         writer.flush()
 
@@ -295,7 +299,7 @@ def train(cfg: TrainConfig) -> TrainResult:
     if not chief:  # the scratch checkpoints only served the collective saves
         shutil.rmtree(write_dir, ignore_errors=True)
     if cfg.verbose:
-        print(f"\nTensorBoard events: {tb_dir}   (tensorboard --logdir {tb_dir})")
+        print(f"\nTensorBoard events: {tb_dir}")
         print(f"Checkpoints:        {ckpt_dir}")
         if saved_model_dir:
             print(f"SavedModel:         {saved_model_dir}")

@@ -1,0 +1,47 @@
+"""Quiet start-up for the entry points.
+
+Importing TensorFlow 2.21 prints, on file descriptor 2 and before Python can intervene, the same oneDNN
+notice twice (two shared libraries, each with its own absl logger that ``TF_CPP_MIN_LOG_LEVEL`` does not
+reach) plus a CPU-feature notice. The entry points import TensorFlow through `import_tensorflow_quietly`,
+which captures descriptor 2 during the import, drops those known notices and passes anything else on.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+KNOWN_NOTICES = (
+    "All log messages before absl::InitializeLog() is called",
+    "oneDNN custom operations are on",
+    "cpu_feature_guard.cc",
+    "To enable the following instructions",
+)
+
+
+def import_tensorflow_quietly() -> None:
+    """Imports tensorflow (and keras) with the known start-up notices removed from stderr.
+
+    Lines that are not known notices (a CUDA library missing, say) are written to stderr afterwards.
+    A no-op when TensorFlow is already imported.
+    """
+    if "tensorflow" in sys.modules:
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.stderr.flush()
+    saved_fd = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import keras  # noqa: F401
+            import tensorflow  # noqa: F401
+        finally:
+            os.dup2(saved_fd, 2)
+            os.close(saved_fd)
+            captured.seek(0)
+            text = captured.read().decode(errors="replace")
+    kept = [line for line in text.splitlines() if line.strip() and not any(n in line for n in KNOWN_NOTICES)]
+    if kept:
+        sys.stderr.write("\n".join(kept) + "\n")
+        sys.stderr.flush()
