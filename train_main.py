@@ -62,6 +62,21 @@ flags.DEFINE_integer("checkpoint_every", 0, "Checkpoint every N steps (0: at the
 flags.DEFINE_boolean("export", True, "Export the backbone as a SavedModel at the end.")
 flags.DEFINE_boolean("cache_source", None, "Keep decoded images in memory (default: only for 'shapes').")
 
+# monitor flags (online transfer monitors; names match TrainConfig's monitor_* fields, see docs/monitors.md)
+flags.DEFINE_string("monitor", "auto", "Online transfer monitors: 'auto' (kNN on the class label, plus kNN on the "
+                    "colour label where the data has one, else colorperm), 'none', or a comma list of knn, "
+                    "knn:LABEL, colorperm.")
+flags.DEFINE_integer("monitor_every", 2, "Run the monitors every N epochs (and before the first and after the last "
+                     "step).")
+flags.DEFINE_string("monitor_dataset", None, "Labelled dataset the monitors read (default: --dataset).")
+flags.DEFINE_string("monitor_splits", None, "BANK,QUERY splits of the monitor data (default: train and the first "
+                    "of test/validation/val).")
+flags.DEFINE_integer("monitor_bank_size", 5000, "Labelled bank images the kNN monitors search (first N of BANK).")
+flags.DEFINE_integer("monitor_query_size", 1000, "Query images the kNN monitors classify (first N of QUERY).")
+flags.DEFINE_integer("monitor_k", 200, "Neighbours of the kNN monitors.")
+flags.DEFINE_float("monitor_temperature", 0.1, "Temperature of the kNN vote weights exp(cosine / T).")
+# end of monitor flags
+
 _METHOD_FLAGS: dict[str, str] = {}
 for _cls in METHODS.values():
     for _name, (_default, _help) in getattr(_cls, "options", {}).items():

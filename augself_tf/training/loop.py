@@ -23,6 +23,7 @@ from augself_tf.models.resnet import build_backbone
 from augself_tf.progress import MAX_LINE_LINES, Progress
 from augself_tf.training import summaries
 from augself_tf.training.determinism import make_deterministic
+from augself_tf.training.monitors import build_monitors, plan_monitors
 from augself_tf.training.optim import build_optimizer, scaled_learning_rate
 from augself_tf.training.strategy import is_chief, make_strategy
 
@@ -66,6 +67,24 @@ class TrainConfig:
     verbose: int = 1
     export: bool = True
     on_step: Callable[[int], None] | None = None  # called after each step (tests use it to interrupt)
+    # --- online monitors (augself_tf/training/monitors.py, docs/monitors.md) ---
+    # "none" here keeps library callers unchanged; train_main's --monitor defaults to "auto".
+    monitor: str = dataclasses.field(default="none", metadata={"help": (
+        "Online transfer monitors: 'auto' (kNN on the class label, plus kNN on the colour label where the data "
+        "has one, else the colour-permutation kNN), 'none', or a comma list of knn, knn:LABEL, colorperm.")})
+    monitor_every: int = dataclasses.field(default=2, metadata={"help": (
+        "Run the monitors every N epochs (and before the first step and after the last).")})
+    monitor_dataset: str | None = dataclasses.field(default=None, metadata={"help": (
+        "Labelled dataset the monitors read (default: the pretraining --dataset).")})
+    monitor_splits: str | None = dataclasses.field(default=None, metadata={"help": (
+        "BANK,QUERY splits of the monitor data (default: train and the first of test/validation/val).")})
+    monitor_bank_size: int = dataclasses.field(default=5000, metadata={"help": (
+        "Labelled bank images the kNN monitors search (the first N of the bank split).")})
+    monitor_query_size: int = dataclasses.field(default=1000, metadata={"help": (
+        "Query images the kNN monitors classify (the first N of the query split).")})
+    monitor_k: int = dataclasses.field(default=200, metadata={"help": "Neighbours of the kNN monitors."})
+    monitor_temperature: float = dataclasses.field(default=0.1, metadata={"help": (
+        "Temperature of the kNN monitors' vote weights exp(cosine / T).")})
 
 
 @dataclasses.dataclass
@@ -79,6 +98,7 @@ class TrainResult:
     steps: int
     last_logs: dict
     model: keras.Model | None = None
+    monitors: dict = dataclasses.field(default_factory=dict)  # last monitor values, seconds, seconds_total
 
 
 def make_distributed_step(
@@ -165,6 +185,7 @@ def _log(cfg: TrainConfig, msg: str) -> None:
 
 def train(cfg: TrainConfig) -> TrainResult:
     """Runs (or resumes) one pretraining run and exports the backbone. Returns where outputs are."""
+    run_start = time.perf_counter()
     if cfg.deterministic:
         make_deterministic()
     strategy = make_strategy(cfg.strategy, cfg.cpu_replicas)
@@ -193,6 +214,7 @@ def train(cfg: TrainConfig) -> TrainResult:
     if cfg.max_steps:
         total_steps = min(total_steps, cfg.max_steps)
     needs_labels_ok = info.num_classes is not None and info.num_classes > 0
+    monitor_plan = plan_monitors(cfg)  # bad monitor flags fail before the model is built
 
     model_dir = os.path.abspath(cfg.model_dir)
     # Non-chief workers must still take part in saving (collectives), but write to scratch space.
@@ -261,6 +283,12 @@ def train(cfg: TrainConfig) -> TrainResult:
     line_every = -(-total_steps // MAX_LINE_LINES)
     line_every = -(-line_every // cfg.log_every) * cfg.log_every
     progress = Progress(total_steps, "pretrain", enabled=bool(cfg.verbose), line_every=line_every)
+    monitors = None
+    if monitor_plan is not None:
+        monitors = build_monitors(monitor_plan, cfg, strategy, model.backbone, writer, lambda msg: _log(cfg, msg))
+    monitor_every = steps_per_epoch * cfg.monitor_every
+    if monitors is not None and step == 0:  # the "before training" point of a fresh run
+        monitors.run(step, 0.0)
     progress.update(step)
     last_logs: dict = {}
     t0, pairs_since = time.perf_counter(), 0
@@ -287,6 +315,9 @@ def train(cfg: TrainConfig) -> TrainResult:
         if step % every == 0 or step == total_steps:
             check_finite()
             manager.save(checkpoint_number=step)
+        if monitors is not None and (step % monitor_every == 0 or step == total_steps):
+            progress.close()  # ends a terminal bar's line; the bar resumes below the monitor line
+            t0 += monitors.run(step, step / steps_per_epoch)["seconds"]  # not counted in pairs/s
         if cfg.on_step is not None:
             cfg.on_step(step)
     progress.close()
@@ -303,5 +334,10 @@ def train(cfg: TrainConfig) -> TrainResult:
         print(f"Checkpoints:        {ckpt_dir}")
         if saved_model_dir:
             print(f"SavedModel:         {saved_model_dir}")
+        if monitors is not None:
+            run_seconds = time.perf_counter() - run_start
+            print(f"Monitors took {monitors.seconds_total:.1f} s of the run's {run_seconds:.1f} s "
+                  f"({100 * monitors.seconds_total / max(run_seconds, 1e-9):.1f}%)")
         sys.stdout.flush()
-    return TrainResult(model_dir, ckpt_dir, tb_dir, saved_model_dir, step, last_logs, model)
+    return TrainResult(model_dir, ckpt_dir, tb_dir, saved_model_dir, step, last_logs, model,
+                       monitors.last if monitors is not None else {})
