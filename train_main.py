@@ -71,8 +71,10 @@ flags.DEFINE_integer("monitor_every", 2, "Run the monitors every N epochs (and b
 flags.DEFINE_string("monitor_dataset", None, "Labelled dataset the monitors read (default: --dataset).")
 flags.DEFINE_string("monitor_splits", None, "BANK,QUERY splits of the monitor data (default: train and the first "
                     "of test/validation/val).")
-flags.DEFINE_integer("monitor_bank_size", 5000, "Labelled bank images the kNN monitors search (first N of BANK).")
-flags.DEFINE_integer("monitor_query_size", 1000, "Query images the kNN monitors classify (first N of QUERY).")
+flags.DEFINE_integer("monitor_bank_size", None, "Labelled bank images the kNN monitors search, the first N of BANK "
+                     "(default: 20% of the pretraining split's size, at most 5000).")
+flags.DEFINE_integer("monitor_query_size", None, "Query images the kNN monitors classify, the first N of QUERY "
+                     "(default: 10% of the pretraining split's size, at most 1000).")
 flags.DEFINE_integer("monitor_k", 200, "Neighbours of the kNN monitors.")
 flags.DEFINE_float("monitor_temperature", 0.1, "Temperature of the kNN vote weights exp(cosine / T).")
 # end of monitor flags

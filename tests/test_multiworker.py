@@ -8,17 +8,21 @@ inside the step, on top of the gradient all-reduce and synchronized batch norm).
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import socket
 import subprocess
 import sys
 
+import tensorflow as tf
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = 400  # seconds per launch; ~1 min on an idle 2-core machine, several times that under load
 TINY = ["--strategy=multi_worker", "--method=simclr", "--augself=crop,color", "--dataset=shapes",
         "--width=0.0625", "--image_size=16", "--batch_size=16", "--epochs=1", "--log_every=1",
-        "--photometric=device"]  # the path multi-GPU workers take: uint8 views, photometric ops in the step
+        "--photometric=device",  # the path multi-GPU workers take: uint8 views, photometric ops in the step
+        "--monitor=auto", "--monitor_bank_size=200", "--monitor_query_size=100"]  # features gathered across workers
 
 
 def _free_ports(n: int) -> list[int]:
@@ -94,3 +98,19 @@ def test_two_workers_train_checkpoint_export_and_resume(tmp_path):
     for code_out in second:  # both workers resume from the chief's checkpoint and take 1 more step
         assert f"Resumed from {os.path.join(ckpts, 'ckpt-3')}" in code_out[1]
     assert os.path.exists(os.path.join(ckpts, "ckpt-4.index"))
+    # The monitors ran on both workers (collectives) and only the chief wrote them: before the first step, at
+    # the end of the first launch and at the end of the resumed one (a resumed run has no "before" point).
+    assert _monitor_steps(os.path.join(model_dir, "tensorboard")) == {"monitor/knn": [0, 3, 4],
+                                                                      "monitor/knn_color": [0, 3, 4]}
+    for _, out in first:
+        assert "monitor  step 3 " in out
+
+
+def _monitor_steps(tb_dir: str) -> dict[str, list[int]]:
+    steps: dict[str, list[int]] = {}
+    for path in sorted(glob.glob(os.path.join(tb_dir, "events.out.tfevents.*"))):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.tag in ("monitor/knn", "monitor/knn_color"):
+                    steps.setdefault(value.tag, []).append(event.step)
+    return {tag: sorted(s) for tag, s in steps.items()}

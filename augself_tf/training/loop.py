@@ -78,10 +78,12 @@ class TrainConfig:
         "Labelled dataset the monitors read (default: the pretraining --dataset).")})
     monitor_splits: str | None = dataclasses.field(default=None, metadata={"help": (
         "BANK,QUERY splits of the monitor data (default: train and the first of test/validation/val).")})
-    monitor_bank_size: int = dataclasses.field(default=5000, metadata={"help": (
-        "Labelled bank images the kNN monitors search (the first N of the bank split).")})
-    monitor_query_size: int = dataclasses.field(default=1000, metadata={"help": (
-        "Query images the kNN monitors classify (the first N of the query split).")})
+    monitor_bank_size: int | None = dataclasses.field(default=None, metadata={"help": (
+        "Labelled bank images the kNN monitors search, the first N of the bank split (default: 20% of the "
+        "pretraining split's size, at most 5000).")})
+    monitor_query_size: int | None = dataclasses.field(default=None, metadata={"help": (
+        "Query images the kNN monitors classify, the first N of the query split (default: 10% of the "
+        "pretraining split's size, at most 1000).")})
     monitor_k: int = dataclasses.field(default=200, metadata={"help": "Neighbours of the kNN monitors."})
     monitor_temperature: float = dataclasses.field(default=0.1, metadata={"help": (
         "Temperature of the kNN monitors' vote weights exp(cosine / T).")})
@@ -214,7 +216,7 @@ def train(cfg: TrainConfig) -> TrainResult:
     if cfg.max_steps:
         total_steps = min(total_steps, cfg.max_steps)
     needs_labels_ok = info.num_classes is not None and info.num_classes > 0
-    monitor_plan = plan_monitors(cfg)  # bad monitor flags fail before the model is built
+    monitor_plan = plan_monitors(cfg, info.num_examples)  # bad monitor flags fail before the model is built
 
     model_dir = os.path.abspath(cfg.model_dir)
     # Non-chief workers must still take part in saving (collectives), but write to scratch space.
@@ -262,8 +264,6 @@ def train(cfg: TrainConfig) -> TrainResult:
     if step >= total_steps:
         _log(cfg, f"Already trained {step}/{total_steps} steps in {model_dir}")
 
-    iterator = iter(distributed_pairs(strategy, cfg, steps_per_epoch, step))
-
     nonfinite_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_step")
     step_fn = make_distributed_step(strategy, model, cfg.jit_compile, nonfinite_step)
 
@@ -284,11 +284,13 @@ def train(cfg: TrainConfig) -> TrainResult:
     line_every = -(-line_every // cfg.log_every) * cfg.log_every
     progress = Progress(total_steps, "pretrain", enabled=bool(cfg.verbose), line_every=line_every)
     monitors = None
-    if monitor_plan is not None:
+    if monitor_plan is not None and step < total_steps:
         monitors = build_monitors(monitor_plan, cfg, strategy, model.backbone, writer, lambda msg: _log(cfg, msg))
     monitor_every = steps_per_epoch * cfg.monitor_every
     if monitors is not None and step == 0:  # the "before training" point of a fresh run
         monitors.run(step, 0.0)
+    # Created after that point: its background prefetching would compete with the monitors for the CPU.
+    iterator = iter(distributed_pairs(strategy, cfg, steps_per_epoch, step))
     progress.update(step)
     last_logs: dict = {}
     t0, pairs_since = time.perf_counter(), 0
