@@ -26,7 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGFILES = sorted(glob.glob(os.path.join(ROOT, "flags", "*.cfg")))
 NAMES = [os.path.basename(p)[: -len(".cfg")] for p in FLAGFILES]
 pytestmark = pytest.mark.filterwarnings("ignore:Even though the.*run_functions_eagerly:UserWarning")
-TOY = ["--dataset=shapes", "--split=train", "--width=0.0625", "--image_size=16", "--batch_size=16", "--max_steps=1"]
+TOY = ["--dataset=shapes", "--split=train", "--width=0.0625", "--image_size=16", "--batch_size=16", "--max_steps=1",
+       "--monitor=none"]  # one eager step: the online monitors (tests/test_monitors.py) would triple its time
 
 
 def parse(name: str, *extra: str) -> TrainConfig:

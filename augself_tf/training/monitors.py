@@ -208,7 +208,7 @@ class DistributedFeatures:
                 return self.strategy.experimental_distribute_values_from_function(value_fn)
 
             features, idx = self._step(rows(images), rows(perms), rows(index))
-            features, idx = features.numpy(), idx.numpy()
+            features, idx = np.asarray(features), np.asarray(idx)  # numpy already when run eagerly
             if out is None:
                 out = np.zeros((n, features.shape[1]), np.float32)
             real = idx >= 0
