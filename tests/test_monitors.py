@@ -86,8 +86,17 @@ def test_monitor_choice_auto_explicit_and_errors():
         parse_monitors("knn,knn", _info())
 
 
+@pytest.fixture(params=["graph", "eager"])
+def function_mode(request):
+    tf.config.run_functions_eagerly(request.param == "eager")  # as tests that run one step eagerly set it
+    try:
+        yield request.param
+    finally:
+        tf.config.run_functions_eagerly(False)
+
+
 @pytest.mark.parametrize("replicas", [1, 2])
-def test_features_gathered_across_replicas_equal_the_backbone_on_every_image_once(replicas):
+def test_features_gathered_across_replicas_equal_the_backbone_on_every_image_once(replicas, function_mode):
     strategy = mirrored_cpus() if replicas == 2 else tf.distribute.OneDeviceStrategy("/cpu:0")
     with strategy.scope():
         backbone = build_backbone("resnet18_cifar", 0.0625, synchronized_bn=replicas > 1)
