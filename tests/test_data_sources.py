@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -11,9 +13,10 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from PIL import Image
 
-from augself_tf.data import shapes
+from augself_tf.data import shapes, tfds_source
 from augself_tf.data.sources import (
     SOURCE_HELP,
+    DatasetNotPreparedError,
     SourceInfo,
     class_ids_from_names,
     filter_classes,
@@ -21,6 +24,7 @@ from augself_tf.data.sources import (
     source_info,
 )
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = "/work/shared/data"
 UNKNOWN_MSG = "unknown dataset 'nope': use a tfds name (stl10, cifar10, ...), 'folder:PATH' or 'shapes'"
 
@@ -314,12 +318,54 @@ def test_tfds_prepared_dataset(prepared_dir):
 
 
 def test_tfds_not_prepared_is_one_clear_error(tmp_path):
-    with pytest.raises(
-        FileNotFoundError, match=r"tfds dataset 'augself_test_gray' is not prepared in .*tfds build"
-    ) as e:
-        load_source("augself_test_gray", "train", data_dir=str(tmp_path))
-    assert "\n" not in str(e.value)
-    assert source_info("augself_test_gray", "train", data_dir=str(tmp_path)).num_examples is None
+    for call in (load_source, source_info):  # train_main and eval_main reach both
+        with pytest.raises(
+            FileNotFoundError, match=r"tfds dataset 'augself_test_gray' is not prepared in .*tfds build"
+        ) as e:
+            call("augself_test_gray", "train", data_dir=str(tmp_path))
+        msg = str(e.value)
+        # One line, short enough beside a short path: eval_main cuts error lines at 300 characters.
+        assert "\n" not in msg and len(msg) - len(str(tmp_path)) < 240
+        assert f"is not prepared in {tmp_path}:" in msg  # the directory searched
+        assert "`tfds build augself_test_gray --data_dir DIR`" in msg
+        assert "--data_dir=DIR" in msg and "--dataset=folder:PATH" in msg
+        assert "downloads/manual" not in msg  # only for manual-download datasets
+        assert isinstance(e.value, DatasetNotPreparedError)
+        assert (e.value.name, e.value.data_dir) == ("augself_test_gray", str(tmp_path))
+    # Without the check the split is still described from code-level metadata, size unknown.
+    offline = tfds_source.info("augself_test_gray", "train", data_dir=str(tmp_path), require_prepared=False)
+    assert offline.num_examples is None
+
+
+def test_tfds_not_prepared_names_the_resolved_default_dir():
+    # data_dir=None: tfds searches $TFDS_DATA_DIR or ~/tensorflow_datasets; the message names the one it used.
+    default = os.environ.get("TFDS_DATA_DIR") or os.path.expanduser("~/tensorflow_datasets")
+    with pytest.raises(DatasetNotPreparedError) as e:
+        source_info("augself_test_gray", "test")
+    assert f"is not prepared in {default} (the default data_dir):" in str(e.value)
+    assert e.value.data_dir == default
+
+
+def test_tfds_manual_download_dataset_says_where_archives_go(tmp_path):
+    with pytest.raises(DatasetNotPreparedError, match=r"archives in DIR/downloads/manual"):
+        load_source("tfds:imagenet2012_subset/10pct", "validation", data_dir=str(tmp_path))
+
+
+def test_train_main_unprepared_tfds_is_one_error_line_exit_2(tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "train_main.py"), "--dataset=cifar10", "--max_steps=1",
+         f"--data_dir={tmp_path}", f"--model_dir={tmp_path / 'model'}"],
+        capture_output=True, text=True, env=env, timeout=300, cwd=REPO,
+    )
+    assert proc.returncode == 2, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert errors == [
+        f"error: tfds dataset 'cifar10' is not prepared in {tmp_path}: build it with "
+        "`tfds build cifar10 --data_dir DIR` on a machine with network, copy DIR here and pass --data_dir=DIR; "
+        "or use --dataset=folder:PATH for an image folder"
+    ], proc.stderr
+    assert "Traceback" not in proc.stderr and "unknown or zero size" not in proc.stderr
 
 
 def test_tfds_mock_cifar10():
@@ -391,8 +437,10 @@ def test_filter_classes_relabels():
     ],
 )
 def test_tfds_declared_splits_known_without_data(name, splits, tmp_path):
-    info = source_info(name, "train", data_dir=str(tmp_path))
+    info = tfds_source.info(name, "train", data_dir=str(tmp_path), require_prepared=False)
     assert info.num_examples is None and info.splits == splits
+    with pytest.raises(DatasetNotPreparedError, match=f"'{name}' is not prepared"):  # the split was valid
+        source_info(name, "train", data_dir=str(tmp_path))
 
 
 def test_tfds_misspelt_split_rejected_before_reading_even_under_mock_data(tmp_path):
