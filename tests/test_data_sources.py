@@ -6,6 +6,7 @@ import logging
 import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -452,3 +453,78 @@ def test_tfds_misspelt_split_rejected_before_reading_even_under_mock_data(tmp_pa
         assert len(_take(load_source("stl10", "train[:50%]+unlabelled"))) > 0
     with pytest.raises(ValueError, match="unknown split 'val'.*train, validation"):
         source_info("imagenet100", "val", data_dir=str(tmp_path))
+
+
+# ---------------------------------------------------------------------------------------- registry
+
+
+def _doc_source(name: str) -> types.ModuleType:
+    """The example source module quoted in docs/architecture.md ("Data sources"), run as written."""
+    with open(os.path.join(REPO, "docs", "architecture.md")) as f:
+        doc = f.read()
+    code = doc.split(f"`augself_tf/data/{name}.py`:\n\n```python\n", 1)[1].split("```", 1)[0]
+    module = types.ModuleType(f"augself_tf.data.{name}")
+    exec(compile(code, f"docs/architecture.md:{name}.py", "exec"), module.__dict__)
+    return module
+
+
+def test_a_source_is_one_module_plus_one_registry_line(monkeypatch):
+    from augself_tf.data import sources
+
+    solid = _doc_source("solid")
+    monkeypatch.setitem(sources.SOURCES, "solid", solid)  # the one registry line
+    info = source_info("solid:3", "train")
+    assert (info.name, info.num_examples, info.num_classes, info.splits) == ("solid:3", 3, 3, ("train",))
+    exs = _take(load_source("solid:3", "train"))
+    assert [int(ex["label"]) for ex in exs] == [0, 1, 2]
+    assert [int(ex["image"][0, 0, 0]) for ex in exs] == [0, 10, 20]
+    assert all(ex["image"].shape == (8, 8, 3) and ex["image"].dtype == np.uint8 for ex in exs)
+    assert source_info("solid", "train").num_examples == 4  # bare NAME: arg ""
+    with pytest.raises(ValueError, match=r"unknown split 'test' for dataset 'solid:3': valid splits are train"):
+        load_source("solid:3", "test")
+    # imagenet100 reads any registered base source through the same registry.
+    assert sources.resolve("imagenet100:solid:5")[::2] == ("imagenet100", "solid:5")
+
+
+def test_spec_resolution():
+    from augself_tf.data import folder, sources
+
+    assert sources.resolve(" shapes ") == ("shapes", shapes, "")
+    assert sources.resolve("folder:/a:b") == ("folder", folder, "/a:b")
+    assert sources.resolve("tfds:cifar10:3.0.2") == ("tfds", tfds_source, "cifar10:3.0.2")
+    assert sources.resolve("cifar10:3.0.2") == ("tfds", tfds_source, "cifar10:3.0.2")  # unregistered: whole spec
+    assert sources.resolve("imagenet100")[::2] == ("imagenet100", "")
+    for bad in ("", "  ", None):
+        with pytest.raises(ValueError, match="unknown dataset"):
+            sources.resolve(bad)
+    with pytest.raises(ValueError, match=r"^unknown dataset 'shapes:big'"):
+        source_info("shapes:big", "train")
+
+
+def test_no_backend_imports_the_registry():
+    # sources.py imports every backend; a backend importing sources.py back would make a cycle.
+    import ast
+
+    import augself_tf.data as pkg
+
+    data_dir = os.path.dirname(pkg.__file__)
+    backends = [f for f in sorted(os.listdir(data_dir)) if f.endswith(".py") and f not in ("sources.py", "__init__.py")]
+    assert {"base.py", "shapes.py", "folder.py", "tfds_source.py", "imagenet100.py"} <= set(backends)
+    for name in backends:
+        with open(os.path.join(data_dir, name)) as f:
+            tree = ast.parse(f.read())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        from_data = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                     if n.module == "augself_tf.data" for a in n.names}
+        assert "augself_tf.data.sources" not in imported and "sources" not in from_data, name
+
+
+def test_eval_data_access_reports_unprepared_tfds(tmp_path):
+    from augself_tf.evaluation.datasets import DataAccess
+    from augself_tf.evaluation.errors import EvalError
+
+    with pytest.raises(EvalError, match=rf"^dataset 'cifar10': tfds dataset 'cifar10' is not prepared in {tmp_path}:"):
+        DataAccess(str(tmp_path)).splits("cifar10")
+    with pytest.raises(DatasetNotPreparedError, match="tfds build cifar10"):
+        DataAccess(str(tmp_path)).load("cifar10", "test")
