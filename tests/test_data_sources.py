@@ -499,6 +499,11 @@ def test_spec_resolution():
             sources.resolve(bad)
     with pytest.raises(ValueError, match=r"^unknown dataset 'shapes:big'"):
         source_info("shapes:big", "train")
+    for spec in ("tfds", "tfds:"):
+        with pytest.raises(ValueError, match=r"^unknown dataset 'tfds:'"):
+            load_source(spec, "train")
+    with pytest.raises(ValueError, match="needs a path"):
+        source_info("folder", "train")
 
 
 def test_no_backend_imports_the_registry():

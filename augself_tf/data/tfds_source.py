@@ -37,6 +37,8 @@ def _tfds() -> Any:
 
 
 def _builder(name: str, data_dir: str | None) -> Any:
+    if not name:  # the spec was a bare 'tfds' or 'tfds:'
+        raise unknown_dataset_error("tfds:")
     tfds = _tfds()
     try:
         return tfds.builder(name, data_dir=data_dir)
@@ -143,7 +145,8 @@ def not_prepared_error(name: str, builder: Any, data_dir: str | None) -> Dataset
     searched = searched_data_dir(builder)
     where = searched if data_dir is not None else f"{searched} (the default data_dir)"
     # Kept under ~250 characters: eval_main shortens error lines to 300.
-    manual = " (manual download: archives in DIR/downloads/manual)" if builder.MANUAL_DOWNLOAD_INSTRUCTIONS else ""
+    needs_archives = getattr(builder, "MANUAL_DOWNLOAD_INSTRUCTIONS", None)
+    manual = " (manual download: archives in DIR/downloads/manual)" if needs_archives else ""
     return DatasetNotPreparedError(
         f"tfds dataset {name!r} is not prepared in {where}: build it with `tfds build {name} --data_dir DIR`"
         f"{manual} on a machine with network, copy DIR here and pass --data_dir=DIR; "
