@@ -143,10 +143,7 @@ def train(cfg: TrainConfig) -> TrainResult:
     if cfg.mixed_precision:
         keras.mixed_precision.set_global_policy(f"mixed_{cfg.mixed_precision}")
     chief = is_chief(strategy)
-    keras.utils.set_random_seed(cfg.seed)  # Keras initialisers draw from this
-    # Everything random in the input is stateless and seeded explicitly; TF's global seed must stay unset
-    # because tf.data's shuffle cannot take a per-epoch tensor seed when the global seed is 0.
-    tf.random.set_seed(None)
+    keras.utils.set_random_seed(cfg.seed)  # Keras initialisers draw from this; the input is seeded by cfg.seed
 
     info = source_info(cfg.dataset, cfg.split, data_dir=cfg.data_dir)
     if not info.num_examples:
