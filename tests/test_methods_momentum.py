@@ -65,3 +65,13 @@ def test_target_variables_are_tracked_but_not_optimized(method, encoder):
     assert target and target == {id(v) for v in model.target_variables()}
     assert target <= {id(v) for v in model.trainable_variables}
     assert not target & {id(v) for v in model.optimized_variables()}
+
+
+@pytest.mark.parametrize("method, prefix", [("moco", "key"), ("byol", "target")])
+def test_checkpoint_keys_of_the_target_networks_are_those_of_earlier_runs(tmp_path, method, prefix):
+    """Runs saved before the shared encoder stored model/key_backbone/..., model/key_projector/...: still so."""
+    model = make_model(method, queue_size=16)
+    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+    keys = [k for k in tf.train.load_checkpoint(path).get_variable_to_shape_map() if k.startswith(f"model/{prefix}_")]
+    assert len(keys) == len(getattr(model, f"{prefix}_encoder").weights)
+    assert all(k.startswith((f"model/{prefix}_backbone/", f"model/{prefix}_projector/")) for k in keys), keys

@@ -65,7 +65,7 @@ class BYOL(AugSelfModel):
         self.predictor = mlp([predictor_hidden, projector_dim], synchronized_bn=sync, name="predictor")
         self.target_encoder = MomentumEncoder(backbone, [projector_hidden, projector_dim], synchronized_bn=sync,
                                               name="target")
-        # The checkpoint paths of the target networks (model/target_backbone, ...) from before the shared encoder.
+        # Keeps the checkpoint keys model/target_backbone/... of runs saved before the shared encoder: they restore.
         self.target_backbone, self.target_projector = self.target_encoder.backbone, self.target_encoder.projector
 
     def build_heads(self, feature_dim: int) -> None:

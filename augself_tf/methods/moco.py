@@ -49,7 +49,7 @@ class MoCo(AugSelfModel):
         self.projector = mlp([projector_hidden, projector_dim], synchronized_bn=sync, name="projector")
         self.key_encoder = MomentumEncoder(backbone, [projector_hidden, projector_dim], synchronized_bn=sync,
                                            name="key")
-        # The checkpoint paths of the key networks (model/key_backbone, ...) from before the shared encoder.
+        # Keeps the checkpoint keys model/key_backbone/... of runs saved before the shared encoder: they restore.
         self.key_backbone, self.key_projector = self.key_encoder.backbone, self.key_encoder.projector
 
     def build_heads(self, feature_dim: int) -> None:
