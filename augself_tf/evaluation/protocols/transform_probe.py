@@ -26,9 +26,9 @@ def transform_probe(
     """Fit and score the probe; returns (record fields, settings) for the caller to complete."""
     parts = context.train_val_test(model, dataset, transforms)
     sets = []
-    for split in ("train", "val", "test"):
-        feats = np.concatenate([getattr(p, split).features for p in parts])
-        labels = np.concatenate([np.full(len(getattr(p, split)), j) for j, p in enumerate(parts)])
+    for per_transform in ([p.train for p in parts], [p.val for p in parts], [p.test for p in parts]):
+        feats = np.concatenate([fs.features for fs in per_transform])
+        labels = np.concatenate([np.full(len(fs), j) for j, fs in enumerate(per_transform)])  # class = transform
         sets.append((feats, labels))
     res = context.linear_probe(*sets, metric="top1")
     settings = {
