@@ -35,8 +35,9 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("saved_model", None, "SavedModel directory, or several separated by commas (one column each).")
 flags.DEFINE_string(
     "protocol", "linear",
-    f"One of {', '.join(PROTOCOL_CHOICES)}, or several separated by commas "
-    f"(all = {', '.join(all_protocols())}).",
+    "One protocol, or several separated by commas: "
+    + "; ".join(f"{name} = {p.summary}" for name, p in PROTOCOLS.items())
+    + f"; all = {', '.join(all_protocols())}.",
 )
 flags.DEFINE_string("dataset", "shapes", "Dataset spec: shapes, folder:PATH, a tfds name, or fc100.")
 flags.DEFINE_string("data_dir", None, "tensorflow-datasets data directory.")
@@ -46,10 +47,12 @@ flags.DEFINE_integer("batch_size", 128, "Images per model call.")
 flags.DEFINE_integer("max_examples", None, "Use at most this many examples per split (fixed-seed subset).")
 flags.DEFINE_integer("seed", 0, "Seed of subsets, validation hold-out, episodes, queries and augmentations.")
 flags.DEFINE_string("label_key", "label", "Integer label to classify/probe (e.g. color for shapes).")
+# absl lists a script's own flags under sys.argv[0]: generated flags go there too, so --help shows them.
+_MODULE = sys.argv[0] if __name__ == "__main__" else __name__
 # The linear probe's solver is shared by linear, rotation, colorperm and robustness: --linear_backend, ...
-define_flags("linear", ProbeOptions, FLAGS)
+define_flags("linear", ProbeOptions, FLAGS, _MODULE)
 for _name, _protocol in PROTOCOLS.items():  # --<protocol>_<option> for every option of every protocol
-    define_flags(_name, _protocol.options, FLAGS)
+    define_flags(_name, _protocol.options, FLAGS, _MODULE)
 flags.DEFINE_enum(
     "strategy", "auto", ["auto", "one_device", "mirrored"],
     "tf.distribute strategy of fine-tuning (auto: mirrored over all GPUs, or over --cpu_replicas CPUs).",

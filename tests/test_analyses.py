@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import math
 import os
@@ -207,8 +208,11 @@ def test_finetune_protocol_grid_trials_and_interval(blind_model, rect_data, tmp_
                                     head_init="probe")
     settings = EvalSettings(image_size=24, batch_size=64, label_key="color", output_dir=str(tmp_path),
                             strategy=mirrored_cpus())
-    context = EvalContext(settings, MemorySources(rect_data), log=None)
+    lines: list[str] = []
+    bar = io.StringIO()
+    context = EvalContext(settings, MemorySources(rect_data), log=lines.append, progress_stream=bar)
     (rec,) = run_protocol(context, load_model(blind_model), "finetune", "rect", opts)
+    assert bar.getvalue().splitlines()[-1].startswith("[finetune] blind rect  200/200 (100%)")  # (2 + 2) x 50 steps
     s = rec["settings"]
     assert rec["protocol"] == "finetune" and rec["n_test"] == 50 and rec["n_train"] == 100
     assert [g[:2] for g in s["grid_alpha_lr_val"]] == [[0.01, 0.02], [1.0, 0.02]]

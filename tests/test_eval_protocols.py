@@ -3,6 +3,7 @@ eval_main's progress output (one line per regularisation sweep; ``--verbose`` fo
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -12,6 +13,8 @@ import eval_fakes
 import eval_toy_protocol
 import pytest
 
+from augself_tf.evaluation.extraction import FeatureExtractor
+from augself_tf.evaluation.loading import load_model
 from augself_tf.evaluation.protocols import PROTOCOLS, all_protocols
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -74,3 +77,18 @@ def test_verbose_restores_the_full_sweep_and_startup_is_quiet(model, tmp_path):
     assert sum(ln.strip().startswith("reg=") for ln in lines) == 45
     assert sum("sweep: 45 regs" in ln for ln in lines) == 1
     assert not any("oneDNN custom operations" in ln or "absl::InitializeLog" in ln for ln in lines)
+
+
+def test_a_long_extraction_shows_a_progress_bar(model):
+    data = eval_fakes.rectangle_images(50, size=16, seed=0)
+    access = eval_fakes.MemorySources({"rect": {"train": data, "test": data}})
+    lines: list[str] = []
+    stream = io.StringIO()  # not a terminal: plain progress lines
+    kw = dict(image_size=16, batch_size=8, max_examples=40, log=lines.append, progress_stream=stream)
+    loaded = load_model(model)
+    short = FeatureExtractor(access.load, bar_after=1e9, **kw).extract(loaded, "rect", "train")
+    assert len(short) == 40 and stream.getvalue() == ""  # a short extraction prints its one line only
+    FeatureExtractor(access.load, bar_after=0.0, **kw).extract(loaded, "rect", "train")  # "long" from the start
+    bar = stream.getvalue().splitlines()
+    assert len(bar) == 5 and bar[-1].startswith("[features] rand rect/train  40/40 (100%)")  # 5 batches of 8
+    assert [ln.split(" in ")[0] for ln in lines] == ["[features] rand rect/train: 40 images"] * 2

@@ -24,26 +24,29 @@ def flag_fields(cls: type) -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(cls) if "help" in f.metadata]
 
 
-def define_flags(prefix: str, cls: type, flag_values: Any) -> None:
-    """Define ``--{prefix}_{field}`` in absl ``flag_values`` for every :func:`option` field of ``cls``."""
+def define_flags(prefix: str, cls: type, flag_values: Any, module_name: str) -> None:
+    """Define ``--{prefix}_{field}`` in absl ``flag_values`` for every :func:`option` field of ``cls``.
+
+    ``module_name``: the module the flags are listed under (the program's, so that ``--help`` shows them).
+    """
     from absl import flags
 
+    kw = {"flag_values": flag_values, "module_name": module_name}
     for f in flag_fields(cls):
         name, default, help_text = f"{prefix}_{f.name}", f.default, f.metadata["help"]
         choices = f.metadata["choices"]
         if isinstance(default, bool):
-            flags.DEFINE_bool(name, default, help_text, flag_values=flag_values)
+            flags.DEFINE_bool(name, default, help_text, **kw)
         elif isinstance(default, int):
-            flags.DEFINE_integer(name, default, help_text, flag_values=flag_values)
+            flags.DEFINE_integer(name, default, help_text, **kw)
         elif isinstance(default, float):
-            flags.DEFINE_float(name, default, help_text, flag_values=flag_values)
+            flags.DEFINE_float(name, default, help_text, **kw)
         elif isinstance(default, tuple):
-            flags.DEFINE_list(name, [f"{v:g}" if isinstance(v, float) else str(v) for v in default], help_text,
-                              flag_values=flag_values)
+            flags.DEFINE_list(name, [f"{v:g}" if isinstance(v, float) else str(v) for v in default], help_text, **kw)
         elif choices:
-            flags.DEFINE_enum(name, default, list(choices), help_text, flag_values=flag_values)
+            flags.DEFINE_enum(name, default, list(choices), help_text, **kw)
         else:
-            flags.DEFINE_string(name, default, help_text, flag_values=flag_values)
+            flags.DEFINE_string(name, default, help_text, **kw)
 
 
 def _list_item(flag: str, default: tuple, items: list[str]) -> tuple:

@@ -1,7 +1,7 @@
 """Robustness under perturbations (paper appendix "Robustness under perturbations", Table 11).
 
 Classifier: the frozen backbone f (the SavedModel) with a linear head fitted by the linear protocol
-(:func:`augself_tf.evaluation.linear.linear_eval`: regulariser picked on validation, refit on
+(:func:`augself_tf.evaluation.logreg.linear_eval`: regulariser picked on validation, refit on
 train+val). The paper uses supervised ImageNet100 models with their own classifier; a linear probe on
 any exported backbone is our stand-in and works for self-supervised backbones too.
 
