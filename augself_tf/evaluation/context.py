@@ -12,7 +12,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -83,7 +83,7 @@ class EvalSettings:
 
 
 @dataclasses.dataclass
-class Split3:
+class TrainValTest:
     """Train / validation / test features of one image transform, and where the validation came from."""
 
     train: FeatureSet
@@ -111,7 +111,7 @@ class EvalContext:
         settings: EvalSettings,
         access: DataAccess | None = None,
         log: Log | None = log_stderr,
-        progress_stream: Any = None,
+        progress_stream: TextIO | None = None,
     ):
         self.settings = settings
         self.access = access or DataAccess()
@@ -192,17 +192,19 @@ class EvalContext:
 
     def train_val_test(
         self, model: LoadedModel, dataset: str, transforms: Sequence[ImageTransform | None] = (None,)
-    ) -> list[Split3]:
-        """Features of train / val (own split or held out of train) / test, one :class:`Split3` per transform."""
+    ) -> list[TrainValTest]:
+        """Features of train / val (own split or held out of train) / test, one :class:`TrainValTest` per
+        transform."""
         plan = self.splits(dataset)
         trains = self.extractor.extract_many(model, dataset, plan.train, transforms)
         tests = self.extractor.extract_many(model, dataset, plan.test, transforms)
         if plan.val is not None:
             vals = self.extractor.extract_many(model, dataset, plan.val, transforms)
-            return [Split3(tr, va, te, f"split '{plan.val}'") for tr, va, te in zip(trains, vals, tests, strict=True)]
+            note = f"split '{plan.val}'"
+            return [TrainValTest(tr, va, te, note) for tr, va, te in zip(trains, vals, tests, strict=True)]
         is_val, note = self.validation_mask(plan, trains[0].fields["index"])
         return [
-            Split3(train.subset(np.flatnonzero(~is_val)), train.subset(np.flatnonzero(is_val)), test, note)
+            TrainValTest(train.subset(np.flatnonzero(~is_val)), train.subset(np.flatnonzero(is_val)), test, note)
             for train, test in zip(trains, tests, strict=True)
         ]
 

@@ -49,7 +49,7 @@ def define_flags(prefix: str, cls: type, flag_values: Any, module_name: str) -> 
             flags.DEFINE_string(name, default, help_text, **kw)
 
 
-def _list_item(flag: str, default: tuple, items: list[str]) -> tuple:
+def _parse_list(flag: str, default: tuple, items: list[str]) -> tuple:
     kind = type(default[0]) if default else str
     if kind is str:
         return tuple(s.strip() for s in items if s.strip())
@@ -66,5 +66,5 @@ def options_from_flags(prefix: str, cls: type, flag_values: Any) -> Any:
     for f in flag_fields(cls):
         name = f"{prefix}_{f.name}"
         value = flag_values[name].value
-        kwargs[f.name] = _list_item(name, f.default, value) if isinstance(f.default, tuple) else value
+        kwargs[f.name] = _parse_list(name, f.default, value) if isinstance(f.default, tuple) else value
     return cls(**kwargs)
