@@ -11,7 +11,11 @@ Examples:
 Writes one JSON record per (model, protocol, dataset) to --output (merged with records already there),
 pictures beside it, and prints a markdown table with one column per model and the paper's figures.
 Bad input (missing model, unusable signature, dataset unfit for the protocol) ends with one error line
-on stderr and exit status 2.
+on stderr and exit status 2. Progress goes to stderr: one line per regularisation sweep (every swept value
+with --verbose) and a bar for a long feature extraction or fine-tuning; --quiet prints none.
+
+The protocols, their --<protocol>_<option> flags and the set run by --protocol all come from the registry
+in augself_tf/evaluation/protocols (docs/architecture.md, "Evaluation protocols").
 """
 
 from __future__ import annotations
