@@ -62,6 +62,12 @@ flags.DEFINE_enum(
     "tf.distribute strategy of fine-tuning (auto: mirrored over all GPUs, or over --cpu_replicas CPUs).",
 )
 flags.DEFINE_integer("cpu_replicas", 1, "Logical CPU devices to split the CPU into (mirrored runs without GPUs).")
+flags.DEFINE_string(
+    "log_to", None,
+    "Also write the results as TensorBoard scalars (eval/<protocol>/<dataset>/<metric>) into a training run, "
+    "where the HParams dashboard lists them beside its settings: a model_dir (one --saved_model), or 'auto' = "
+    "each SavedModel's own run (the directory holding it).",
+)
 flags.DEFINE_bool("quiet", False, "No progress lines on stderr.")
 flags.DEFINE_bool("verbose", False, "Progress lines for every value of a regularisation sweep, not one per sweep.")
 flags.DEFINE_bool("deterministic", False, "Bit-identical reruns: op determinism and, on CPU, one thread per op "
@@ -102,6 +108,13 @@ def parse_protocols(text: str) -> list[str]:
         else:
             fail(f"unknown --protocol {name!r}: use {', '.join(PROTOCOL_CHOICES)}")
     return out
+
+
+def log_target(log_to: str, saved_model: str) -> str:
+    """The run directory --log_to names for one SavedModel: the directory itself, or with 'auto' its parent."""
+    if log_to == "auto":
+        return os.path.dirname(os.path.abspath(os.path.normpath(saved_model)))
+    return log_to
 
 
 def run(argv_models: list[str], protocols: list[str], explicit: bool) -> int:
@@ -149,6 +162,14 @@ def run(argv_models: list[str], protocols: list[str], explicit: bool) -> int:
             records.extend(run_protocol(context, model, protocol, FLAGS.dataset, options[protocol]))
             report.save_records(records, output)  # keep partial results if a later step fails
     report.save_records(records, output)
+    if FLAGS.log_to:
+        from augself_tf.training.hparams import log_eval_records
+
+        for model, path in zip(models, argv_models, strict=True):
+            run_dir = log_target(FLAGS.log_to, path)
+            logged = log_eval_records(run_dir, [r for r in records if r["model"] == model.name])
+            if log:
+                log(f"[eval] {model.name}: results logged to TensorBoard in {logged}")
     table = report.markdown_table(records)
     with open(os.path.splitext(output)[0] + ".md", "w") as f:
         f.write(table + "\n")
@@ -170,6 +191,12 @@ def main(argv: list[str]) -> int:
     for path in models:  # before any model loads: the common mistake fails fast and quietly
         if not os.path.exists(path):
             fail(f"SavedModel not found: {path}")
+    if FLAGS.log_to and FLAGS.log_to != "auto":
+        if len(models) > 1:
+            fail(f"--log_to={FLAGS.log_to} names one run but {len(models)} SavedModels were given; "
+                 "use --log_to=auto to log each to its own run")
+        if not os.path.isdir(FLAGS.log_to):
+            fail(f"--log_to: run directory not found: {FLAGS.log_to}")
     for name in ("image_size", "batch_size", "cpu_replicas"):
         if FLAGS[name].value < 1:
             fail(f"--{name} must be positive, got {FLAGS[name].value}")

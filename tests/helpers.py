@@ -1,5 +1,5 @@
-"""Shared helpers of the method tests: tiny models, random batches, running train steps on 1 or 2 replicas,
-and NumPy pieces of the reference computations.
+"""Shared test helpers: tiny models, random batches, running train steps on 1 or 2 replicas, NumPy pieces
+of the reference computations, and what TensorBoard's HParams dashboard shows for a log directory.
 
 A two-layer conv backbone stands in for the ResNet where the test does not need one: the methods only see
 pooled features, and tracing a ResNet step on 2 replicas costs minutes on a loaded 2-core machine.
@@ -126,3 +126,27 @@ def np_log_softmax(x: np.ndarray) -> np.ndarray:
     """log softmax over the last axis."""
     x = x - x.max(-1, keepdims=True)
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def hparams_dashboard_rows(logdir: str) -> dict[str, tuple[dict, dict]]:
+    """What the HParams dashboard shows for ``tensorboard --logdir LOGDIR``: {session: (hparams, metrics)}."""
+    from tensorboard import context
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.hparams import api_pb2, backend_context, list_session_groups
+
+    mux = plugin_event_multiplexer.EventMultiplexer()
+    mux.AddRunsFromDirectory(logdir)
+    mux.Reload()
+    provider = data_provider.MultiplexerDataProvider(mux, logdir)
+    tb = base_plugin.TBContext(logdir=logdir, multiplexer=mux, data_provider=provider)
+    request = api_pb2.ListSessionGroupsRequest(
+        start_index=0, slice_size=100, allowed_statuses=[api_pb2.STATUS_UNKNOWN, api_pb2.STATUS_SUCCESS])
+    groups = list_session_groups.Handler(
+        context.RequestContext(), backend_context.Context(tb), "", request).run().session_groups
+    rows = {}
+    for g in groups:
+        hparams = {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind")) for k, v in g.hparams.items()}
+        metrics = {(m.name.group, m.name.tag): m.value for m in g.metric_values}
+        rows[g.name] = (hparams, metrics)
+    return rows

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import mirrored_cpus
+from helpers import hparams_dashboard_rows
 
 from augself_tf.evaluation import corruptions, finetune, robustness
 from augself_tf.evaluation.context import EvalContext, EvalSettings, ProbeOptions
@@ -307,3 +308,10 @@ def test_sweep_end_to_end_toy(tmp_path):
     assert (out / "sweep.png").stat().st_size > 1000
     rows = json.loads((out / "sweep.json").read_text())["rows"]
     assert all(len(r["metrics"]) == 2 for r in rows)
+    # The same sweep in TensorBoard's HParams dashboard: one row per run, its λ/s and its eval results.
+    dashboard = hparams_dashboard_rows(str(out / "runs"))
+    assert set(dashboard) == {"stl10_color0.5_simsiam_augself", "stl10_color2_simsiam"}
+    hparams, metrics = dashboard["stl10_color0.5_simsiam_augself"]
+    assert hparams["color_strength"] == 0.5 and hparams["augself"] == "crop,color"
+    assert dashboard["stl10_color2_simsiam"][0]["color_strength"] == 2.0
+    assert {tag.split("/")[1] for group, tag in metrics if group == "eval"} == {"linear", "colorinfo"}

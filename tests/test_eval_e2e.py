@@ -195,6 +195,8 @@ def test_eval_main_bad_inputs_exit_2_with_one_line(models, tmp_path):
     assert proc.stderr.strip().splitlines() == ["eval_main: error: SavedModel not found: /nonexistent/model"]
     proc = _run_main(f"--saved_model={models['rand']}", "--protocol=bogus")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "bogus" in proc.stderr
+    proc = _run_main(f"--saved_model={models['rand']},{models['rand']}", f"--log_to={tmp_path}")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "--log_to=auto" in proc.stderr
 
     class NoSig(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])

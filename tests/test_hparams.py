@@ -6,33 +6,11 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from tensorboard import context
-from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
-from tensorboard.plugins import base_plugin
-from tensorboard.plugins.hparams import api_pb2, backend_context, list_session_groups
+from helpers import hparams_dashboard_rows
 from test_training import tiny
 
 from augself_tf.training.hparams import log_eval_records, metric_tag
 from augself_tf.training.loop import train
-
-
-def dashboard_rows(logdir: str) -> dict[str, tuple[dict, dict]]:
-    """What the HParams dashboard shows for ``tensorboard --logdir LOGDIR``: {session: (hparams, metrics)}."""
-    mux = plugin_event_multiplexer.EventMultiplexer()
-    mux.AddRunsFromDirectory(logdir)
-    mux.Reload()
-    provider = data_provider.MultiplexerDataProvider(mux, logdir)
-    tb = base_plugin.TBContext(logdir=logdir, multiplexer=mux, data_provider=provider)
-    request = api_pb2.ListSessionGroupsRequest(
-        start_index=0, slice_size=100, allowed_statuses=[api_pb2.STATUS_UNKNOWN, api_pb2.STATUS_SUCCESS])
-    groups = list_session_groups.Handler(
-        context.RequestContext(), backend_context.Context(tb), "", request).run().session_groups
-    rows = {}
-    for g in groups:
-        hparams = {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind")) for k, v in g.hparams.items()}
-        metrics = {(m.name.group, m.name.tag): m.value for m in g.metric_values}
-        rows[g.name] = (hparams, metrics)
-    return rows
 
 
 def test_sweep_runs_appear_as_one_hparams_table_with_eval_results(tmp_path):
@@ -44,7 +22,7 @@ def test_sweep_runs_appear_as_one_hparams_table_with_eval_results(tmp_path):
     record = {"protocol": "linear", "dataset": "shapes:color", "metric": "top1", "value": 0.625}
     log_eval_records(os.path.join(root, "lam0.5"), [record])
 
-    rows = dashboard_rows(root)
+    rows = hparams_dashboard_rows(root)
     assert set(rows) == {"lam0.5", "base"}
     hp_a, metrics_a = rows["lam0.5"]
     hp_b, metrics_b = rows["base"]
