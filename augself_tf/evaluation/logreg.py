@@ -35,6 +35,7 @@ import dataclasses
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.optimize
@@ -377,25 +378,13 @@ class LogRegFitter:
 
 
 def fit_logreg(
-    x: np.ndarray,
-    y: np.ndarray,
-    reg: float,
-    *,
-    init: LogRegModel | None = None,
-    classes: np.ndarray | None = None,
-    backend: str = DEFAULT_BACKEND,
-    max_iter: int = MAX_ITER,
-    gtol: float = DEFAULT_GTOL,
-    ftol: float = DEFAULT_FTOL,
-    penalize_bias: bool = False,
-    center: bool = True,
+    x: np.ndarray, y: np.ndarray, reg: float, *, init: LogRegModel | None = None, **fitter_options: Any
 ) -> LogRegModel:
-    """Fit one ℓ2-regularised multinomial logistic regression (``reg`` as in the module docstring)."""
-    fitter = LogRegFitter(
-        x, y, classes=classes, backend=backend, max_iter=max_iter, gtol=gtol, ftol=ftol,
-        penalize_bias=penalize_bias, center=center,
-    )
-    return fitter.fit(reg, init=init)
+    """Fit one ℓ2-regularised multinomial logistic regression (``reg`` as in the module docstring).
+
+    ``fitter_options`` are :class:`LogRegFitter`'s keyword arguments (classes, backend, max_iter, gtol, ...).
+    """
+    return LogRegFitter(x, y, **fitter_options).fit(reg, init=init)
 
 
 @dataclasses.dataclass
