@@ -11,28 +11,38 @@ Examples:
 Writes one JSON record per (model, protocol, dataset) to --output (merged with records already there),
 pictures beside it, and prints a markdown table with one column per model and the paper's figures.
 Bad input (missing model, unusable signature, dataset unfit for the protocol) ends with one error line
-on stderr and exit status 2.
+on stderr and exit status 2. Progress goes to stderr: one line per regularisation sweep (every swept value
+with --verbose) and a bar for a long feature extraction or fine-tuning; --quiet prints none.
+
+The protocols, their --<protocol>_<option> flags and the set run by --protocol all come from the registry
+in augself_tf/evaluation/protocols (docs/architecture.md, "Evaluation protocols").
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 
 from absl import app, flags, logging
 
-PROTOCOL_CHOICES = (
-    "linear", "fewshot", "localization", "rotation", "colorperm", "retrieval", "invariance", "colorinfo", "robustness",
-    "finetune", "all",
-)
-# Analyses (docs/analyses.md): run only when named; their options are the flags with these prefixes.
-ANALYSES = ("colorinfo", "robustness", "finetune")
-ANALYSIS_FLAG_PREFIXES = ("colorinfo_", "robustness_", "finetune_")
+from augself_tf.startup import import_tensorflow_quietly
+
+import_tensorflow_quietly()  # before anything imports TensorFlow: its start-up notices, once each at most
+
+from augself_tf.evaluation.context import EvalSettings, ProbeOptions  # noqa: E402
+from augself_tf.evaluation.options import define_flags, options_from_flags  # noqa: E402
+from augself_tf.evaluation.protocols import PROTOCOLS, all_protocols  # noqa: E402
+
+PROTOCOL_CHOICES = (*PROTOCOLS, "all")
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("saved_model", None, "SavedModel directory, or several separated by commas (one column each).")
-flags.DEFINE_string("protocol", "linear", f"One of {', '.join(PROTOCOL_CHOICES)}, or several separated by commas.")
+flags.DEFINE_string(
+    "protocol", "linear",
+    "One protocol, or several separated by commas: "
+    + "; ".join(f"{name} = {p.summary}" for name, p in PROTOCOLS.items())
+    + f"; all = {', '.join(all_protocols())}.",
+)
 flags.DEFINE_string("dataset", "shapes", "Dataset spec: shapes, folder:PATH, a tfds name, or fc100.")
 flags.DEFINE_string("data_dir", None, "tensorflow-datasets data directory.")
 flags.DEFINE_integer("image_size", 96, "Eval resolution: shorter side resized to it, then a centre crop.")
@@ -41,43 +51,25 @@ flags.DEFINE_integer("batch_size", 128, "Images per model call.")
 flags.DEFINE_integer("max_examples", None, "Use at most this many examples per split (fixed-seed subset).")
 flags.DEFINE_integer("seed", 0, "Seed of subsets, validation hold-out, episodes, queries and augmentations.")
 flags.DEFINE_string("label_key", "label", "Integer label to classify/probe (e.g. color for shapes).")
-flags.DEFINE_enum("linear_metric", "auto", ["auto", "top1", "mean_per_class"], "Linear test metric.")
-flags.DEFINE_enum(
-    "linear_backend", "auto", ["auto", "numpy", "tf", "sklearn"],
-    "Logistic-regression solver: auto = TF matmuls for large problems, numpy for small (bench/bench_linear.py).",
-)
-flags.DEFINE_integer("linear_regs", 45, "Regularisation values swept in [1e-6, 1e5] (paper: 45).")
-flags.DEFINE_float("linear_gtol", 1e-4, "L-BFGS gradient tolerance on the mean-scaled objective.")
-flags.DEFINE_integer("linear_max_iter", 5000, "L-BFGS iterations per fit at most (paper: 5000).")
-flags.DEFINE_integer("fewshot_ways", 5, "N of N-way episodes.")
-flags.DEFINE_list("fewshot_shots", ["1", "5"], "K values of K-shot episodes.")
-flags.DEFINE_integer("fewshot_queries", 16, "Query images per class per episode.")
-flags.DEFINE_integer("fewshot_episodes", 2000, "Episodes per (N, K).")
-flags.DEFINE_enum("fewshot_solver", "newton", ["newton", "sklearn"], "Few-shot logistic-regression solver.")
-flags.DEFINE_integer("retrieval_k", 4, "Neighbours per retrieval query.")
-flags.DEFINE_integer("retrieval_queries", 8, "Queries pictured in the retrieval figure.")
-flags.DEFINE_integer("invariance_views", 1, "Augmented views per test image for the invariance metric.")
-flags.DEFINE_integer("colorinfo_bins", 4, "Colour histogram bins per RGB channel (bins^3 cells).")
-flags.DEFINE_integer("colorinfo_batch", 128, "N of the InfoNCE bound (the bound is at most log N).")
-flags.DEFINE_integer("colorinfo_steps", 300, "Adam steps of the InfoNCE critic.")
-flags.DEFINE_integer("colorinfo_seeds", 3, "Independent critic trainings.")
-flags.DEFINE_integer("colorinfo_eval_batches", 10, "Random test batches per critic.")
-flags.DEFINE_list("robustness_eps", ["1", "2", "4"], "FGSM step sizes in units of 1/255.")
-flags.DEFINE_list("robustness_corruptions", ["fog", "frost", "snow"], "Weather corruptions to apply.")
-flags.DEFINE_list("robustness_severities", ["1", "2", "3", "4", "5"], "Corruption severities averaged (1..5).")
-flags.DEFINE_list("finetune_alphas", ["0.001", "0.01", "0.1", "1"], "L2SP alpha grid (backbone term).")
-flags.DEFINE_list("finetune_lrs", ["0.005", "0.01", "0.02"], "Fine-tuning learning-rate grid.")
-flags.DEFINE_float("finetune_beta", 0.01, "L2SP beta (classifier weights).")
-flags.DEFINE_integer("finetune_steps", 1000, "SGD steps per fine-tuning run.")
-flags.DEFINE_integer("finetune_batch_size", 64, "Images per fine-tuning step.")
-flags.DEFINE_integer("finetune_trials", 5, "Seeds of the final train+val runs (95% t-interval).")
-flags.DEFINE_enum("finetune_head_init", "zeros", ["zeros", "probe"], "Initial classifier.")
+# absl lists a script's own flags under sys.argv[0]: generated flags go there too, so --help shows them.
+_MODULE = sys.argv[0] if __name__ == "__main__" else __name__
+# The linear probe's solver is shared by linear, rotation, colorperm and robustness: --linear_backend, ...
+define_flags("linear", ProbeOptions, FLAGS, _MODULE)
+for _name, _protocol in PROTOCOLS.items():  # --<protocol>_<option> for every option of every protocol
+    define_flags(_name, _protocol.options, FLAGS, _MODULE)
 flags.DEFINE_enum(
     "strategy", "auto", ["auto", "one_device", "mirrored"],
     "tf.distribute strategy of fine-tuning (auto: mirrored over all GPUs, or over --cpu_replicas CPUs).",
 )
 flags.DEFINE_integer("cpu_replicas", 1, "Logical CPU devices to split the CPU into (mirrored runs without GPUs).")
+flags.DEFINE_string(
+    "log_to", None,
+    "Also write the results as TensorBoard scalars (eval/<protocol>/<dataset>/<metric>) into a training run, "
+    "where the HParams dashboard lists them beside its settings: a model_dir (one --saved_model), or 'auto' = "
+    "each SavedModel's own run (the directory holding it).",
+)
 flags.DEFINE_bool("quiet", False, "No progress lines on stderr.")
+flags.DEFINE_bool("verbose", False, "Progress lines for every value of a regularisation sweep, not one per sweep.")
 flags.DEFINE_bool("deterministic", False, "Bit-identical reruns: op determinism and, on CPU, one thread per op "
                   "(slower; matters for fine-tuning and the InfoNCE critic).")
 
@@ -102,16 +94,15 @@ def default_output(first_model: str) -> str:
 
 
 def parse_protocols(text: str) -> list[str]:
-    """Comma-separated protocol names ('all' expands to every protocol)."""
+    """Comma-separated protocol names ('all' expands to the protocols of :func:`all_protocols`)."""
     names = [p.strip() for p in text.split(",") if p.strip()]
     if not names:
         fail("--protocol is empty")
-    protocols = [p for p in PROTOCOL_CHOICES if p != "all"]
     out: list[str] = []
     for name in names:
         if name == "all":  # the analyses (colorinfo, ...) run only when named
-            out.extend(p for p in protocols if p not in out and p not in ANALYSES)
-        elif name in protocols:
+            out.extend(p for p in all_protocols() if p not in out)
+        elif name in PROTOCOLS:
             if name not in out:
                 out.append(name)
         else:
@@ -119,34 +110,29 @@ def parse_protocols(text: str) -> list[str]:
     return out
 
 
-def analysis_options() -> dict:
-    """The analyses' flags (``colorinfo_*``, ...) by name, for :class:`EvalConfig.analysis_options`."""
-    return {
-        name: FLAGS[name].value for name in FLAGS if isinstance(name, str) and name.startswith(ANALYSIS_FLAG_PREFIXES)
-    }
+def log_target(log_to: str, saved_model: str) -> str:
+    """The run directory --log_to names for one SavedModel: the directory itself, or with 'auto' its parent."""
+    if log_to == "auto":
+        return os.path.dirname(os.path.abspath(os.path.normpath(saved_model)))
+    return log_to
 
 
 def run(argv_models: list[str], protocols: list[str], explicit: bool) -> int:
     """Evaluate; returns the exit status."""
     from augself_tf.evaluation import report
+    from augself_tf.evaluation.context import EvalContext, log_stderr
     from augself_tf.evaluation.datasets import DataAccess
-    from augself_tf.evaluation.features import load_model, log_stderr
-    from augself_tf.evaluation.protocols import EvalConfig, Evaluator
+    from augself_tf.evaluation.loading import load_model
+    from augself_tf.evaluation.protocols import run_protocol, unfit_reason
 
-    try:
-        shots = tuple(int(s) for s in FLAGS.fewshot_shots)
-    except ValueError:
-        fail(f"--fewshot_shots must be integers, got {','.join(FLAGS.fewshot_shots)}")
     output = FLAGS.output or default_output(argv_models[0])
-    # Flags named like an EvalConfig field fill it (as train_main's TrainConfig); the rest are assembled here.
-    from_flags = {f.name: FLAGS[f.name].value for f in dataclasses.fields(EvalConfig) if f.name in FLAGS}
-    config = EvalConfig(**{
-        **from_flags,
-        "fewshot_shots": shots,
-        "output_dir": os.path.dirname(os.path.abspath(output)),
-        "analysis_options": analysis_options(),
-        "strategy": None,  # --strategy names one; it is built below only when fine-tuning needs it
-    })
+    # Options of the protocols that run only: a bad value of another protocol's flag does not matter.
+    options = {name: options_from_flags(name, PROTOCOLS[name].options, FLAGS) for name in protocols}
+    settings = EvalSettings(
+        image_size=FLAGS.image_size, batch_size=FLAGS.batch_size, max_examples=FLAGS.max_examples, seed=FLAGS.seed,
+        label_key=FLAGS.label_key, output_dir=os.path.dirname(os.path.abspath(output)),
+        probe=options_from_flags("linear", ProbeOptions, FLAGS), verbose=FLAGS.verbose,
+    )
     log = None if FLAGS.quiet else log_stderr
     if FLAGS.deterministic:  # before TensorFlow runs an op
         from augself_tf.training.determinism import make_deterministic
@@ -155,27 +141,35 @@ def run(argv_models: list[str], protocols: list[str], explicit: bool) -> int:
     if "finetune" in protocols:  # before TensorFlow touches a device: split_cpu must come first
         from augself_tf.training.strategy import make_strategy
 
-        config.strategy = make_strategy(FLAGS.strategy, FLAGS.cpu_replicas)
+        settings.strategy = make_strategy(FLAGS.strategy, FLAGS.cpu_replicas)
         if log:
-            log(f"[eval] finetune on {config.strategy.num_replicas_in_sync} replica(s) ({FLAGS.strategy})")
+            log(f"[eval] finetune on {settings.strategy.num_replicas_in_sync} replica(s) ({FLAGS.strategy})")
     models = [load_model(p) for p in argv_models]  # fail fast on every bad path
     names = [m.name for m in models]
     for i, m in enumerate(models):  # distinct column names
         if names.count(m.name) > 1:
             m.name = f"{m.name}#{i + 1}"
-    evaluator = Evaluator(config, DataAccess(FLAGS.data_dir), log=log)
+    context = EvalContext(settings, DataAccess(FLAGS.data_dir), log=log)
     records: list[dict] = []
     for protocol in protocols:
         if not explicit:
-            reason = evaluator.applicable(protocol, FLAGS.dataset)
+            reason = unfit_reason(context, protocol, FLAGS.dataset)
             if reason:
                 if log:
                     log(f"[eval] skipping {protocol}: {reason}")
                 continue
         for model in models:
-            records.extend(evaluator.run(model, protocol, FLAGS.dataset))
+            records.extend(run_protocol(context, model, protocol, FLAGS.dataset, options[protocol]))
             report.save_records(records, output)  # keep partial results if a later step fails
     report.save_records(records, output)
+    if FLAGS.log_to:
+        from augself_tf.training.hparams import log_eval_records
+
+        for model, path in zip(models, argv_models, strict=True):
+            run_dir = log_target(FLAGS.log_to, path)
+            logged = log_eval_records(run_dir, [r for r in records if r["model"] == model.name])
+            if log:
+                log(f"[eval] {model.name}: results logged to TensorBoard in {logged}")
     table = report.markdown_table(records)
     with open(os.path.splitext(output)[0] + ".md", "w") as f:
         f.write(table + "\n")
@@ -194,9 +188,15 @@ def main(argv: list[str]) -> int:
     models = [p.strip() for p in FLAGS.saved_model.split(",") if p.strip()]
     if not models:
         fail("--saved_model is empty")
-    for path in models:  # before TensorFlow starts: the common mistake fails fast and quietly
+    for path in models:  # before any model loads: the common mistake fails fast and quietly
         if not os.path.exists(path):
             fail(f"SavedModel not found: {path}")
+    if FLAGS.log_to and FLAGS.log_to != "auto":
+        if len(models) > 1:
+            fail(f"--log_to={FLAGS.log_to} names one run but {len(models)} SavedModels were given; "
+                 "use --log_to=auto to log each to its own run")
+        if not os.path.isdir(FLAGS.log_to):
+            fail(f"--log_to: run directory not found: {FLAGS.log_to}")
     for name in ("image_size", "batch_size", "cpu_replicas"):
         if FLAGS[name].value < 1:
             fail(f"--{name} must be positive, got {FLAGS[name].value}")
@@ -218,5 +218,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     app.run(main)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import typing
 
 from absl import app, flags, logging  # noqa: E402
 
@@ -21,63 +22,40 @@ import_tensorflow_quietly()  # before anything imports TensorFlow: its start-up 
 
 from augself_tf.augment import registry  # noqa: E402
 from augself_tf.methods import METHODS  # noqa: E402
+from augself_tf.training.config import TrainConfig, flag_settings  # noqa: E402
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_enum("method", "moco", list(METHODS), "Invariance objective ('none' = AugSelf alone).")
-flags.DEFINE_string("augself", "crop,color", f"Comma-separated ω to predict ({', '.join(registry.AUGSELF_CHOICES)}); "
-                    "'' or 'none' turns AugSelf off.")
-flags.DEFINE_float("augself_weight", 1.0, "λ: total = L_method + λ·Σ L_aug (paper: 1.0 STL10, 0.5 ImageNet100).")
-flags.DEFINE_string("dataset", "shapes", "'shapes' (embedded), a tfds name (stl10, ...) or folder:PATH.")
-flags.DEFINE_string("split", "train", "Split(s) to pretrain on, e.g. 'train+unlabelled' for STL10 (tfds' spelling).")
-flags.DEFINE_string("data_dir", None, "tensorflow-datasets data_dir.")
-flags.DEFINE_enum("backbone", "resnet18_cifar", ["resnet18", "resnet50", "resnet18_cifar"], "Backbone.")
-flags.DEFINE_float("width", 0.125, "Channel multiplier of the backbone (1.0 = standard ResNet).")
-flags.DEFINE_integer("image_size", 32, "Side of the augmented views in pixels (paper: 96 STL10, 224 ImageNet100).")
-flags.DEFINE_integer("batch_size", 256, "GLOBAL batch size (split over replicas).")
-flags.DEFINE_integer("epochs", 10, "Training epochs.")
-flags.DEFINE_integer("max_steps", None, "Stop after this many steps in total (smoke runs, benchmarks).")
-flags.DEFINE_float("lr", 0.03, "Base learning rate, scaled by batch/256.")
-flags.DEFINE_float("weight_decay", 5e-4, "Coupled L2 coefficient (PyTorch SGD semantics).")
-flags.DEFINE_integer("seed", 0, "Seed of initialisation, shuffling and every augmentation.")
-flags.DEFINE_string("model_dir", None, "Output directory (default runs/<method>[_augself_<augs>]).")
-flags.DEFINE_enum("strategy", "auto", ["auto", "one_device", "mirrored", "multi_worker"], "tf.distribute strategy.")
-flags.DEFINE_integer("cpu_replicas", 1, "Split the CPU into N logical devices (runs the mirrored path without GPUs).")
-flags.DEFINE_enum("mixed_precision", None, ["float16", "bfloat16"], "Mixed-precision compute dtype.")
-flags.DEFINE_boolean("jit_compile", False, "XLA-compile the training step.")
-flags.DEFINE_boolean("deterministic", False, "Bit-identical reruns and resumes: op determinism, and on CPU one "
-                     "thread per op (several times slower; see docs/distributed.md).")
+
+def _define_setting_flags() -> None:
+    """One flag per TrainConfig setting, with the field's default and help (written once, in config.py)."""
+    hints = typing.get_type_hints(TrainConfig)
+    for field in flag_settings():
+        kind = hints[field.name]
+        base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)  # X | None -> X
+        name, default, help_text = field.name, field.default, field.metadata["help"]
+        if "choices" in field.metadata:
+            flags.DEFINE_enum(name, default, list(field.metadata["choices"]), help_text)
+        else:
+            define = {bool: flags.DEFINE_boolean, int: flags.DEFINE_integer, float: flags.DEFINE_float,
+                      str: flags.DEFINE_string}[base]
+            define(name, default, help_text)
+
+
+_define_setting_flags()
+_DEFAULT = TrainConfig()
+flags.DEFINE_string("augself", ",".join(_DEFAULT.augself), "Comma-separated ω to predict "
+                    f"({', '.join(registry.AUGSELF_CHOICES)}); '' or 'none' turns AugSelf off.")
+# The augmentation pipeline's knobs; defaults from TrainConfig's AugmentConfig.
+flags.DEFINE_integer("image_size", _DEFAULT.augment.image_size,
+                     "Side of the augmented views in pixels (paper: 96 STL10, 224 ImageNet100).")
 flags.DEFINE_float("color_strength", 1.0, "Colour-jitter strength factor s (0.4s, 0.4s, 0.4s, 0.1s).")
-flags.DEFINE_float("crop_min_scale", 0.2, "Smallest RandomResizedCrop area fraction.")
-flags.DEFINE_enum("photometric", "auto", ["auto", "host", "device"], "Where the photometric augmentations run: "
-                  "'host' in tf.data, 'device' batched in the training step (uint8 transport); auto = device "
-                  "when a GPU or TPU is visible.")
+flags.DEFINE_float("crop_min_scale", _DEFAULT.augment.crop_scale[0], "Smallest RandomResizedCrop area fraction.")
 for _step in registry.PIPELINE:  # one probability flag per augmentation, from the registry's declarations
     if _step.probability is not None:
         _knob = _step.probability
         _default = "" if _knob.when_predicted is not None else f" (default {_knob.default})"
         flags.DEFINE_float(_knob.field, None, _knob.help + _default)
-flags.DEFINE_integer("log_every", 10, "TensorBoard scalars every N steps.")
-flags.DEFINE_integer("checkpoint_every", 0, "Checkpoint every N steps (0: at the end of every epoch).")
-flags.DEFINE_boolean("export", True, "Export the backbone as a SavedModel at the end.")
-flags.DEFINE_boolean("cache_source", None, "Keep decoded images in memory (default: only for 'shapes').")
-
-# monitor flags (online transfer monitors; names match TrainConfig's monitor_* fields, see docs/monitors.md)
-flags.DEFINE_string("monitor", "auto", "Online transfer monitors: 'auto' (kNN on the class label, plus kNN on the "
-                    "colour label where the data has one, else colorperm), 'none', or a comma list of knn, "
-                    "knn:LABEL, colorperm.")
-flags.DEFINE_integer("monitor_every", 2, "Run the monitors every N epochs (and before the first and after the last "
-                     "step).")
-flags.DEFINE_string("monitor_dataset", None, "Labelled dataset the monitors read (default: --dataset).")
-flags.DEFINE_string("monitor_splits", None, "BANK,QUERY splits of the monitor data (default: train and the first "
-                    "of test/validation/val).")
-flags.DEFINE_integer("monitor_bank_size", None, "Labelled bank images the kNN monitors search, the first N of BANK "
-                     "(default: 20% of the pretraining split's size, at most 5000).")
-flags.DEFINE_integer("monitor_query_size", None, "Query images the kNN monitors classify, the first N of QUERY "
-                     "(default: 10% of the pretraining split's size, at most 1000).")
-flags.DEFINE_integer("monitor_k", 200, "Neighbours of the kNN monitors.")
-flags.DEFINE_float("monitor_temperature", 0.1, "Temperature of the kNN vote weights exp(cosine / T).")
-# end of monitor flags
 
 _METHOD_FLAGS: dict[str, str] = {}
 for _cls in METHODS.values():
@@ -91,7 +69,6 @@ for _cls in METHODS.values():
 
 def _config():
     from augself_tf.augment import AugmentConfig, parse_augself
-    from augself_tf.training.loop import TrainConfig
 
     augself = parse_augself(FLAGS.augself)
     fields = {f.name for f in dataclasses.fields(AugmentConfig)}
@@ -109,18 +86,10 @@ def _config():
     for name, value in (("batch_size", FLAGS.batch_size), ("epochs", FLAGS.epochs), ("image_size", FLAGS.image_size)):
         if value <= 0:
             raise ValueError(f"--{name} must be positive, got {value}")
-    model_dir = FLAGS.model_dir or os.path.join(
-        "runs", FLAGS.method + (f"_augself_{'_'.join(augself)}" if augself else "")
-    )
-    # Flags named like a TrainConfig field fill it; the rest are assembled above.
-    from_flags = {f.name: FLAGS[f.name].value for f in dataclasses.fields(TrainConfig) if f.name in FLAGS}
-    return TrainConfig(**{
-        **from_flags,
-        "augself": augself,
-        "augment": augment,
-        "model_dir": model_dir,
-        "method_options": {name: FLAGS[name].value for name in _METHOD_FLAGS},
-    })
+    from_flags = {f.name: FLAGS[f.name].value for f in flag_settings()}
+    cfg = TrainConfig(**from_flags, augself=augself, augment=augment,
+                      method_options={name: FLAGS[name].value for name in _METHOD_FLAGS})
+    return dataclasses.replace(cfg, model_dir=cfg.resolved_model_dir())
 
 
 def main(argv: list[str]) -> int:

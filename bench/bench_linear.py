@@ -2,7 +2,7 @@
 
 Compares, on the SAME features in one run, the paper's full regularisation sweep (45 values in
 [1e-6, 1e5], warm-started, best on validation, refit on train+val) with each backend of
-``augself_tf.evaluation.linear``:
+``augself_tf.evaluation.logreg``:
 
 * ``numpy``   — our objective in float32 BLAS + scipy L-BFGS-B;
 * ``tf``      — the same objective as a TensorFlow ``tf.function`` + scipy L-BFGS-B
@@ -35,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from augself_tf.evaluation import linear  # noqa: E402
+from augself_tf.evaluation import logreg  # noqa: E402
 
 
 def synthetic_features(
@@ -66,9 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         "--backends", default="numpy,tf,sklearn", help="comma list of numpy, tf, sklearn, numpy_raw (no centring)"
     )
     p.add_argument("--num_regs", type=int, default=45, help="sweep size (45 = the paper's grid)")
-    p.add_argument("--max_iter", type=int, default=linear.MAX_ITER)
-    p.add_argument("--gtol", type=float, default=linear.DEFAULT_GTOL)
-    p.add_argument("--ftol", type=float, default=linear.DEFAULT_FTOL)
+    p.add_argument("--max_iter", type=int, default=logreg.MAX_ITER)
+    p.add_argument("--gtol", type=float, default=logreg.DEFAULT_GTOL)
+    p.add_argument("--ftol", type=float, default=logreg.DEFAULT_FTOL)
     p.add_argument("--verbose", action="store_true")
     p.add_argument("--json", default="")
     args = p.parse_args(argv)
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine}; sweep: {len(regs)} values in [1e-6, 1e5]; gtol={args.gtol} ftol={args.ftol}")
     results = []
     for backend in args.backends.split(","):
-        res = linear.linear_eval(
+        res = logreg.linear_eval(
             xtr, ytr, xva, yva, xte, yte,
             metric="top1", regs=regs, backend=backend.replace("_raw", ""), max_iter=args.max_iter,
             gtol=args.gtol, ftol=args.ftol, center=not backend.endswith("_raw"),

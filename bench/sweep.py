@@ -19,6 +19,8 @@ export with ``--eval_protocols`` (default ``linear,colorinfo``). Writes ``OUT/sw
 method, AugSelf set, λ, s, one column per eval record) and ``OUT/sweep.png`` (each metric against the swept
 parameter — λ or s, whichever varies; ``--x`` forces one — one line with AugSelf, one without; runs without
 AugSelf have no λ and are drawn as a horizontal line when λ is swept), and ``OUT/sweep.json`` (the rows).
+Every run's settings and its eval results also reach TensorBoard (``eval_main --log_to=auto``):
+``tensorboard --logdir OUT/runs`` shows the sweep as one table in the HParams tab.
 """
 
 from __future__ import annotations
@@ -200,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         os.remove(results)  # records of earlier sweeps would mix in
     models = ",".join(os.path.join(r["model_dir"], "saved_model") for r in rows)
     sh([[sys.executable, "eval_main.py", f"--saved_model={models}", f"--protocol={a.eval_protocols}",
-         f"--output={results}", *eval_args]], [log])
+         f"--output={results}", "--log_to=auto", *eval_args]], [log])
     with open(results) as f:
         records = json.load(f)
     records = records["records"] if isinstance(records, dict) else records

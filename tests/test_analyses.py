@@ -3,23 +3,31 @@
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import math
 import os
 import subprocess
 import sys
 
+import eval_fakes as testing
 import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import mirrored_cpus
+from helpers import hparams_dashboard_rows
 
-from augself_tf.evaluation import color_info, corruptions, finetune, robustness, testing
-from augself_tf.evaluation.datasets import MemorySources
-from augself_tf.evaluation.features import load_model
-from augself_tf.evaluation.protocols import EvalConfig, Evaluator
+from augself_tf.evaluation import corruptions, finetune, robustness
+from augself_tf.evaluation.context import EvalContext, EvalSettings, ProbeOptions
+from augself_tf.evaluation.infonce import CriticOptions, infonce_bound
+from augself_tf.evaluation.loading import load_model
+from augself_tf.evaluation.protocols import colorinfo as color_info
+from augself_tf.evaluation.protocols import run_protocol
+from augself_tf.evaluation.protocols.colorinfo import ColorInfoOptions
+from augself_tf.evaluation.protocols.robustness import RobustnessOptions
 
-SMALL_NCE = color_info.ColorInfoOptions(batch=64, steps=120, hidden=64, dim=32, seeds=2, eval_batches=4)
+MemorySources = testing.MemorySources
+SMALL_NCE = CriticOptions(batch=64, steps=120, hidden=64, dim=32, seeds=2, eval_batches=4)
 
 
 def _flat_colour_images(n: int, size: int = 8, seed: int = 0) -> np.ndarray:
@@ -47,8 +55,8 @@ def test_infonce_oracle_beats_random_and_never_exceeds_log_n():
     c = color_info.color_histograms(imgs, 4)
     mean_colour = imgs.mean((1, 2))
     z_rand = np.random.default_rng(1).normal(size=(400, 16))
-    oracle = color_info.infonce_bound(c[:300], mean_colour[:300], c[300:], mean_colour[300:], SMALL_NCE)
-    rand = color_info.infonce_bound(c[:300], z_rand[:300], c[300:], z_rand[300:], SMALL_NCE)
+    oracle = infonce_bound(c[:300], mean_colour[:300], c[300:], mean_colour[300:], SMALL_NCE)
+    rand = infonce_bound(c[:300], z_rand[:300], c[300:], z_rand[300:], SMALL_NCE)
     assert oracle.log_n == pytest.approx(math.log(64))
     for r in (oracle, rand):
         assert max(r.estimates) <= r.log_n + 1e-6
@@ -63,12 +71,11 @@ def test_colorinfo_protocol_records(tmp_path):
     labels = np.zeros(160, np.int64)
     data = {"toy": {"train": {"image": imgs[:100], "label": labels[:100]},
                     "test": {"image": imgs[100:], "label": labels[100:]}}}
-    opts = {"colorinfo_batch": 32, "colorinfo_steps": 60, "colorinfo_seeds": 1, "colorinfo_eval_batches": 3,
-            "robustness_eps": "ignored"}
-    config = EvalConfig(image_size=16, batch_size=64, output_dir=str(tmp_path), analysis_options=opts)
-    ev = Evaluator(config, MemorySources(data), log=None)
+    opts = ColorInfoOptions(batch=32, steps=60, seeds=1, eval_batches=3)
+    context = EvalContext(EvalSettings(image_size=16, batch_size=64, output_dir=str(tmp_path)), MemorySources(data),
+                          log=None)
     model = load_model(testing.save_oracle_color_model(str(tmp_path / "color" / "saved_model")))
-    (rec,) = ev.run(model, "colorinfo", "toy")
+    (rec,) = run_protocol(context, model, "colorinfo", "toy", opts)
     assert rec["protocol"] == "colorinfo" and rec["metric"] == "I_NCE_nats"
     assert rec["settings"]["batch_used"] == 32 and rec["settings"]["steps"] == 60
     assert 0.3 * math.log(32) < rec["value"] <= math.log(32)
@@ -108,11 +115,11 @@ def test_corruptions_keep_shape_and_range_and_change_the_image():
 
 
 def test_fgsm_eps0_is_clean_and_larger_eps_does_not_help(rand_model, rect_data, tmp_path):
-    opts = {"robustness_eps": "0,4,16,64", "robustness_corruptions": "fog,snow", "robustness_severities": "2"}
-    config = EvalConfig(image_size=24, batch_size=64, label_key="color", linear_regs=3, linear_max_iter=200,
-                        output_dir=str(tmp_path), analysis_options=opts)
-    ev = Evaluator(config, MemorySources(rect_data), log=None)
-    records = ev.run(load_model(rand_model), "robustness", "rect")
+    opts = RobustnessOptions(eps=(0.0, 4.0, 16.0, 64.0), corruptions=("fog", "snow"), severities=(2,))
+    settings = EvalSettings(image_size=24, batch_size=64, label_key="color", probe=ProbeOptions(regs=3, max_iter=200),
+                            output_dir=str(tmp_path))
+    context = EvalContext(settings, MemorySources(rect_data), log=None)
+    records = run_protocol(context, load_model(rand_model), "robustness", "rect", opts)
     by = {r["protocol"]: r["value"] for r in records}
     assert set(by) == {"robustness_clean", "robustness_fgsm_eps0", "robustness_fgsm_eps4", "robustness_fgsm_eps16",
                        "robustness_fgsm_eps64", "robustness_fog", "robustness_snow"}
@@ -127,7 +134,7 @@ def test_fgsm_eps0_is_clean_and_larger_eps_does_not_help(rand_model, rect_data, 
 def test_fgsm_moves_every_pixel_by_eps_against_the_loss(rand_model):
     model = load_model(rand_model)
     x = np.random.default_rng(1).uniform(0.1, 0.9, (4, 16, 16, 3)).astype(np.float32)
-    fn = robustness.differentiable_features(model)
+    fn = model.features_tensor
     d = fn(tf.constant(x)).shape[1]
     rng = np.random.default_rng(2)
     coef, intercept = rng.normal(size=(d, 3)).astype(np.float32), np.zeros(3, np.float32)
@@ -198,12 +205,15 @@ def test_finetune_trains_the_savedmodel_and_beats_the_initial_head(blind_model):
 
 
 def test_finetune_protocol_grid_trials_and_interval(blind_model, rect_data, tmp_path):
-    opts = {"finetune_alphas": "0.01,1", "finetune_lrs": "0.02", "finetune_steps": 50, "finetune_trials": 2,
-            "finetune_batch_size": 32, "finetune_head_init": "probe"}
-    config = EvalConfig(image_size=24, batch_size=64, label_key="color", output_dir=str(tmp_path),
-                        analysis_options=opts, strategy=mirrored_cpus())
-    ev = Evaluator(config, MemorySources(rect_data), log=None)
-    (rec,) = ev.run(load_model(blind_model), "finetune", "rect")
+    opts = finetune.FinetuneOptions(alphas=(0.01, 1.0), lrs=(0.02,), steps=50, trials=2, batch_size=32,
+                                    head_init="probe")
+    settings = EvalSettings(image_size=24, batch_size=64, label_key="color", output_dir=str(tmp_path),
+                            strategy=mirrored_cpus())
+    lines: list[str] = []
+    bar = io.StringIO()
+    context = EvalContext(settings, MemorySources(rect_data), log=lines.append, progress_stream=bar)
+    (rec,) = run_protocol(context, load_model(blind_model), "finetune", "rect", opts)
+    assert bar.getvalue().splitlines()[-1].startswith("[finetune] blind rect  200/200 (100%)")  # (2 + 2) x 50 steps
     s = rec["settings"]
     assert rec["protocol"] == "finetune" and rec["n_test"] == 50 and rec["n_train"] == 100
     assert [g[:2] for g in s["grid_alpha_lr_val"]] == [[0.01, 0.02], [1.0, 0.02]]
@@ -298,3 +308,10 @@ def test_sweep_end_to_end_toy(tmp_path):
     assert (out / "sweep.png").stat().st_size > 1000
     rows = json.loads((out / "sweep.json").read_text())["rows"]
     assert all(len(r["metrics"]) == 2 for r in rows)
+    # The same sweep in TensorBoard's HParams dashboard: one row per run, its λ/s and its eval results.
+    dashboard = hparams_dashboard_rows(str(out / "runs"))
+    assert set(dashboard) == {"stl10_color0.5_simsiam_augself", "stl10_color2_simsiam"}
+    hparams, metrics = dashboard["stl10_color0.5_simsiam_augself"]
+    assert hparams["color_strength"] == 0.5 and hparams["augself"] == "crop,color"
+    assert dashboard["stl10_color2_simsiam"][0]["color_strength"] == 2.0
+    assert {tag.split("/")[1] for group, tag in metrics if group == "eval"} == {"linear", "colorinfo"}

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -11,9 +14,10 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from PIL import Image
 
-from augself_tf.data import shapes
+from augself_tf.data import shapes, tfds_source
 from augself_tf.data.sources import (
     SOURCE_HELP,
+    DatasetNotPreparedError,
     SourceInfo,
     class_ids_from_names,
     filter_classes,
@@ -21,6 +25,7 @@ from augself_tf.data.sources import (
     source_info,
 )
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = "/work/shared/data"
 UNKNOWN_MSG = "unknown dataset 'nope': use a tfds name (stl10, cifar10, ...), 'folder:PATH' or 'shapes'"
 
@@ -314,12 +319,54 @@ def test_tfds_prepared_dataset(prepared_dir):
 
 
 def test_tfds_not_prepared_is_one_clear_error(tmp_path):
-    with pytest.raises(
-        FileNotFoundError, match=r"tfds dataset 'augself_test_gray' is not prepared in .*tfds build"
-    ) as e:
-        load_source("augself_test_gray", "train", data_dir=str(tmp_path))
-    assert "\n" not in str(e.value)
-    assert source_info("augself_test_gray", "train", data_dir=str(tmp_path)).num_examples is None
+    for call in (load_source, source_info):  # train_main and eval_main reach both
+        with pytest.raises(
+            FileNotFoundError, match=r"tfds dataset 'augself_test_gray' is not prepared in .*tfds build"
+        ) as e:
+            call("augself_test_gray", "train", data_dir=str(tmp_path))
+        msg = str(e.value)
+        # One line, short enough beside a short path: eval_main cuts error lines at 300 characters.
+        assert "\n" not in msg and len(msg) - len(str(tmp_path)) < 240
+        assert f"is not prepared in {tmp_path}:" in msg  # the directory searched
+        assert "`tfds build augself_test_gray --data_dir DIR`" in msg
+        assert "--data_dir=DIR" in msg and "--dataset=folder:PATH" in msg
+        assert "downloads/manual" not in msg  # only for manual-download datasets
+        assert isinstance(e.value, DatasetNotPreparedError)
+        assert (e.value.name, e.value.data_dir) == ("augself_test_gray", str(tmp_path))
+    # Without the check the split is still described from code-level metadata, size unknown.
+    offline = tfds_source.info("augself_test_gray", "train", data_dir=str(tmp_path), require_prepared=False)
+    assert offline.num_examples is None
+
+
+def test_tfds_not_prepared_names_the_resolved_default_dir():
+    # data_dir=None: tfds searches $TFDS_DATA_DIR or ~/tensorflow_datasets; the message names the one it used.
+    default = os.environ.get("TFDS_DATA_DIR") or os.path.expanduser("~/tensorflow_datasets")
+    with pytest.raises(DatasetNotPreparedError) as e:
+        source_info("augself_test_gray", "test")
+    assert f"is not prepared in {default} (the default data_dir):" in str(e.value)
+    assert e.value.data_dir == default
+
+
+def test_tfds_manual_download_dataset_says_where_archives_go(tmp_path):
+    with pytest.raises(DatasetNotPreparedError, match=r"archives in DIR/downloads/manual"):
+        load_source("tfds:imagenet2012_subset/10pct", "validation", data_dir=str(tmp_path))
+
+
+def test_train_main_unprepared_tfds_is_one_error_line_exit_2(tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "train_main.py"), "--dataset=cifar10", "--max_steps=1",
+         f"--data_dir={tmp_path}", f"--model_dir={tmp_path / 'model'}"],
+        capture_output=True, text=True, env=env, timeout=300, cwd=REPO,
+    )
+    assert proc.returncode == 2, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert errors == [
+        f"error: tfds dataset 'cifar10' is not prepared in {tmp_path}: build it with "
+        "`tfds build cifar10 --data_dir DIR` on a machine with network, copy DIR here and pass --data_dir=DIR; "
+        "or use --dataset=folder:PATH for an image folder"
+    ], proc.stderr
+    assert "Traceback" not in proc.stderr and "unknown or zero size" not in proc.stderr
 
 
 def test_tfds_mock_cifar10():
@@ -391,8 +438,10 @@ def test_filter_classes_relabels():
     ],
 )
 def test_tfds_declared_splits_known_without_data(name, splits, tmp_path):
-    info = source_info(name, "train", data_dir=str(tmp_path))
+    info = tfds_source.info(name, "train", data_dir=str(tmp_path), require_prepared=False)
     assert info.num_examples is None and info.splits == splits
+    with pytest.raises(DatasetNotPreparedError, match=f"'{name}' is not prepared"):  # the split was valid
+        source_info(name, "train", data_dir=str(tmp_path))
 
 
 def test_tfds_misspelt_split_rejected_before_reading_even_under_mock_data(tmp_path):
@@ -404,3 +453,83 @@ def test_tfds_misspelt_split_rejected_before_reading_even_under_mock_data(tmp_pa
         assert len(_take(load_source("stl10", "train[:50%]+unlabelled"))) > 0
     with pytest.raises(ValueError, match="unknown split 'val'.*train, validation"):
         source_info("imagenet100", "val", data_dir=str(tmp_path))
+
+
+# ---------------------------------------------------------------------------------------- registry
+
+
+def _doc_source(name: str) -> types.ModuleType:
+    """The example source module quoted in docs/architecture.md ("Data sources"), run as written."""
+    with open(os.path.join(REPO, "docs", "architecture.md")) as f:
+        doc = f.read()
+    code = doc.split(f"`augself_tf/data/{name}.py`:\n\n```python\n", 1)[1].split("```", 1)[0]
+    module = types.ModuleType(f"augself_tf.data.{name}")
+    exec(compile(code, f"docs/architecture.md:{name}.py", "exec"), module.__dict__)
+    return module
+
+
+def test_a_source_is_one_module_plus_one_registry_line(monkeypatch):
+    from augself_tf.data import sources
+
+    solid = _doc_source("solid")
+    monkeypatch.setitem(sources.SOURCES, "solid", solid)  # the one registry line
+    info = source_info("solid:3", "train")
+    assert (info.name, info.num_examples, info.num_classes, info.splits) == ("solid:3", 3, 3, ("train",))
+    exs = _take(load_source("solid:3", "train"))
+    assert [int(ex["label"]) for ex in exs] == [0, 1, 2]
+    assert [int(ex["image"][0, 0, 0]) for ex in exs] == [0, 10, 20]
+    assert all(ex["image"].shape == (8, 8, 3) and ex["image"].dtype == np.uint8 for ex in exs)
+    assert source_info("solid", "train").num_examples == 4  # bare NAME: arg ""
+    with pytest.raises(ValueError, match=r"unknown split 'test' for dataset 'solid:3': valid splits are train"):
+        load_source("solid:3", "test")
+    # imagenet100 reads any registered base source through the same registry.
+    assert sources.resolve("imagenet100:solid:5")[::2] == ("imagenet100", "solid:5")
+
+
+def test_spec_resolution():
+    from augself_tf.data import folder, sources
+
+    assert sources.resolve(" shapes ") == ("shapes", shapes, "")
+    assert sources.resolve("folder:/a:b") == ("folder", folder, "/a:b")
+    assert sources.resolve("tfds:cifar10:3.0.2") == ("tfds", tfds_source, "cifar10:3.0.2")
+    assert sources.resolve("cifar10:3.0.2") == ("tfds", tfds_source, "cifar10:3.0.2")  # unregistered: whole spec
+    assert sources.resolve("imagenet100")[::2] == ("imagenet100", "")
+    for bad in ("", "  ", None):
+        with pytest.raises(ValueError, match="unknown dataset"):
+            sources.resolve(bad)
+    with pytest.raises(ValueError, match=r"^unknown dataset 'shapes:big'"):
+        source_info("shapes:big", "train")
+    for spec in ("tfds", "tfds:"):
+        with pytest.raises(ValueError, match=r"^unknown dataset 'tfds:'"):
+            load_source(spec, "train")
+    with pytest.raises(ValueError, match="needs a path"):
+        source_info("folder", "train")
+
+
+def test_no_backend_imports_the_registry():
+    # sources.py imports every backend; a backend importing sources.py back would make a cycle.
+    import ast
+
+    import augself_tf.data as pkg
+
+    data_dir = os.path.dirname(pkg.__file__)
+    backends = [f for f in sorted(os.listdir(data_dir)) if f.endswith(".py") and f not in ("sources.py", "__init__.py")]
+    assert {"base.py", "shapes.py", "folder.py", "tfds_source.py", "imagenet100.py"} <= set(backends)
+    for name in backends:
+        with open(os.path.join(data_dir, name)) as f:
+            tree = ast.parse(f.read())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        from_data = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                     if n.module == "augself_tf.data" for a in n.names}
+        assert "augself_tf.data.sources" not in imported and "sources" not in from_data, name
+
+
+def test_eval_data_access_reports_unprepared_tfds(tmp_path):
+    from augself_tf.evaluation.datasets import DataAccess
+    from augself_tf.evaluation.errors import EvalError
+
+    with pytest.raises(EvalError, match=rf"^dataset 'cifar10': tfds dataset 'cifar10' is not prepared in {tmp_path}:"):
+        DataAccess(str(tmp_path)).splits("cifar10")
+    with pytest.raises(DatasetNotPreparedError, match="tfds build cifar10"):
+        DataAccess(str(tmp_path)).load("cifar10", "test")

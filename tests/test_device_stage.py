@@ -174,7 +174,7 @@ def test_a_toy_augmentation_is_one_entry_predicted_and_trained(toy_registered, t
     cfg = TrainConfig(method="simsiam", augself=("crop", "shift"), dataset="shapes", backbone="resnet18_cifar",
                       width=0.0625, augment=config, batch_size=8, max_steps=1, model_dir=str(tmp_path),
                       method_options={"projector_dim": 16, "predictor_hidden": 8}, verbose=0, export=False,
-                      photometric="device", shuffle_buffer=64)
+                      photometric="device", shuffle_buffer=64, monitor="none")
     result = train(cfg)
     assert result.steps == 1
     assert np.isfinite(result.last_logs["augself/shift_loss"]) and result.last_logs["augself/shift_loss"] > 0

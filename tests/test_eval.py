@@ -7,15 +7,27 @@ import json
 import math
 import statistics
 
+import eval_fakes
 import numpy as np
 import pytest
 import tensorflow as tf
 from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
-from augself_tf.evaluation import features, fewshot, linear, localization, report, retrieval, testing
+from augself_tf.evaluation import (
+    fewshot,
+    intervals,
+    localization,
+    logreg,
+    newton_logreg,
+    preprocessing,
+    report,
+    retrieval,
+)
 from augself_tf.evaluation.datasets import dataset_key, split_train_val, val_fraction
 from augself_tf.evaluation.errors import EvalError
+from augself_tf.evaluation.loading import load_model
+from augself_tf.evaluation.protocols.linear import metric_for_dataset
 
 
 def blobs(n: int, d: int, k: int, seed: int = 0, spread: float = 1.5) -> tuple[np.ndarray, np.ndarray]:
@@ -34,7 +46,7 @@ def blobs(n: int, d: int, k: int, seed: int = 0, spread: float = 1.5) -> tuple[n
 def test_logreg_matches_sklearn_multiclass(backend):
     x, y = blobs(240, 8, 3)
     reg = 0.7
-    ours = linear.fit_logreg(x, y, reg, backend=backend, gtol=1e-9, ftol=0.0)
+    ours = logreg.fit_logreg(x, y, reg, backend=backend, gtol=1e-9, ftol=0.0)
     sk = LogisticRegression(C=1.0 / (2.0 * reg), tol=1e-10, max_iter=20000).fit(x, y)
     scale = np.abs(sk.coef_).max()
     np.testing.assert_allclose(ours.coef, sk.coef_.T, atol=2e-3 * scale)
@@ -43,13 +55,13 @@ def test_logreg_matches_sklearn_multiclass(backend):
         ours.intercept - ours.intercept.mean(), sk.intercept_ - sk.intercept_.mean(), atol=2e-3 * (1 + scale)
     )
     assert np.array_equal(ours.predict(x), sk.predict(x))
-    assert linear.top1_accuracy(y, ours.predict(x)) == pytest.approx(sk.score(x, y))
+    assert logreg.top1_accuracy(y, ours.predict(x)) == pytest.approx(sk.score(x, y))
 
 
 def test_logreg_matches_sklearn_binary():
     x, y = blobs(200, 6, 2, seed=3)
     reg = 0.25
-    ours = linear.fit_logreg(x, y, reg, gtol=1e-9, ftol=0.0)
+    ours = logreg.fit_logreg(x, y, reg, gtol=1e-9, ftol=0.0)
     # multinomial with C = 1/(2 reg) == sklearn's binomial model with C = 1/reg, w = w1 - w0
     sk = LogisticRegression(C=1.0 / reg, tol=1e-10, max_iter=20000).fit(x, y)
     w = ours.coef[:, 1] - ours.coef[:, 0]
@@ -60,18 +72,18 @@ def test_logreg_matches_sklearn_binary():
 def test_backends_and_centering_agree():
     x, y = blobs(300, 10, 4, seed=1)
     reg = 2.0
-    ref = linear.fit_logreg(x, y, reg, gtol=1e-9, ftol=0.0)
+    ref = logreg.fit_logreg(x, y, reg, gtol=1e-9, ftol=0.0)
     for kwargs in ({"backend": "tf"}, {"backend": "sklearn", "gtol": 1e-10}, {"center": False}):
-        other = linear.fit_logreg(x, y, reg, **{"gtol": 1e-9, "ftol": 0.0, **kwargs})
+        other = logreg.fit_logreg(x, y, reg, **{"gtol": 1e-9, "ftol": 0.0, **kwargs})
         np.testing.assert_allclose(other.coef, ref.coef, atol=2e-3 * np.abs(ref.coef).max(), err_msg=str(kwargs))
         assert np.mean(other.predict(x) == ref.predict(x)) > 0.99
 
 
 def test_warm_start_reaches_same_solution_in_fewer_iterations():
     x, y = blobs(400, 12, 3, seed=2)
-    fitter = linear.LogRegFitter(x, y, gtol=1e-7)
+    fitter = logreg.LogRegFitter(x, y, gtol=1e-7)
     first = fitter.fit(10.0)
-    cold = linear.fit_logreg(x, y, 5.0, gtol=1e-7)
+    cold = logreg.fit_logreg(x, y, 5.0, gtol=1e-7)
     warm = fitter.fit(5.0)
     np.testing.assert_allclose(warm.coef, cold.coef, atol=1e-3 * np.abs(cold.coef).max())
     assert warm.n_iter <= cold.n_iter and first.n_iter > 0
@@ -79,7 +91,7 @@ def test_warm_start_reaches_same_solution_in_fewer_iterations():
 
 def test_linear_eval_sweep_and_refit():
     x, y = blobs(600, 10, 4, seed=4)
-    res = linear.linear_eval(x[:300], y[:300], x[300:400], y[300:400], x[400:], y[400:], regs=np.logspace(-2, 3, 6))
+    res = logreg.linear_eval(x[:300], y[:300], x[300:400], y[300:400], x[400:], y[400:], regs=np.logspace(-2, 3, 6))
     assert res.regs == sorted(res.regs, reverse=True)  # strong -> weak regularisation
     assert len(res.val_scores) == 6 and res.best_reg in res.regs
     assert res.val_scores[res.regs.index(res.best_reg)] == max(res.val_scores)
@@ -90,16 +102,16 @@ def test_linear_eval_sweep_and_refit():
 
 
 def test_reg_grid_and_metrics():
-    assert len(linear.REG_GRID) == 45
-    assert linear.REG_GRID[0] == pytest.approx(1e-6) and linear.REG_GRID[-1] == pytest.approx(1e5)
-    assert linear.metric_for_dataset("oxford_iiit_pet") == "mean_per_class"
-    assert linear.metric_for_dataset("folder:/data/aircraft") == "mean_per_class"
-    assert linear.metric_for_dataset("cifar10") == "top1"
-    assert linear.metric_for_dataset("cifar10", "mean_per_class") == "mean_per_class"
+    assert len(logreg.REG_GRID) == 45
+    assert logreg.REG_GRID[0] == pytest.approx(1e-6) and logreg.REG_GRID[-1] == pytest.approx(1e5)
+    assert metric_for_dataset("oxford_iiit_pet") == "mean_per_class"
+    assert metric_for_dataset("folder:/data/aircraft") == "mean_per_class"
+    assert metric_for_dataset("cifar10") == "top1"
+    assert metric_for_dataset("cifar10", "mean_per_class") == "mean_per_class"
     y_true = np.array([0, 0, 0, 0, 1, 1])
     y_pred = np.array([0, 0, 0, 0, 0, 1])
-    assert linear.top1_accuracy(y_true, y_pred) == pytest.approx(5 / 6)
-    assert linear.mean_per_class_accuracy(y_true, y_pred) == pytest.approx((1.0 + 0.5) / 2)
+    assert logreg.top1_accuracy(y_true, y_pred) == pytest.approx(5 / 6)
+    assert logreg.mean_per_class_accuracy(y_true, y_pred) == pytest.approx((1.0 + 0.5) / 2)
 
 
 # ---------------------------------------------------------------------------------------------- few-shot
@@ -108,7 +120,7 @@ def test_reg_grid_and_metrics():
 def test_confidence_interval_matches_independent_formula():
     accs = np.random.default_rng(0).uniform(0.2, 1.0, size=137)
     expected = 1.96 * statistics.pstdev(accs.tolist()) / math.sqrt(len(accs))
-    assert fewshot.confidence95(accs) == pytest.approx(expected, rel=1e-12)
+    assert intervals.normal_ci95(accs) == pytest.approx(expected, rel=1e-12)
 
 
 def test_fewshot_eval_reports_mean_and_ci_of_episodes():
@@ -125,8 +137,8 @@ def test_batched_newton_matches_sklearn_logistic_regression():
     eps = fewshot.sample_episodes(y, ways=5, shots=5, queries=6, episodes=6, seed=0)
     xs = x[eps.support].astype(np.float64)
     xq = x[eps.query].astype(np.float64)
-    fs, fq, proj = fewshot._episode_basis(xs, xq)
-    theta = fewshot.fit_batched_logreg(fs, eps.support_labels, 5, c=1.0)
+    fs, fq, proj = newton_logreg.episode_basis(xs, xq)
+    theta = newton_logreg.fit_batched_logreg(fs, eps.support_labels, 5, c=1.0)
     coef = np.einsum("edr,ern->edn", proj, theta[:, :-1])
     with threadpool_limits(1, user_api="blas"):  # tiny fits: avoid BLAS thread thrash
         for e in range(len(xs)):
@@ -203,41 +215,42 @@ def test_cosine_neighbours_exclude_self_and_rank_by_angle():
 def test_preprocess_resizes_shorter_side_and_centre_crops():
     img = np.zeros((40, 80, 3), np.uint8)
     img[:, 30:50] = 255  # bright band around the centre column
-    out = features.preprocess(tf.constant(img), 32).numpy()
+    out = preprocessing.preprocess(tf.constant(img), 32).numpy()
     assert out.shape == (32, 32, 3) and out.dtype == np.float32
     assert 0.0 <= out.min() and out.max() <= 1.0
     # 40x80 -> 32x64, crop columns 16..48: the band (cols 24..40 after resize) sits in the middle
     assert out[:, 14:18].mean() > 0.9 and out[:, :4].mean() < 0.05
-    gray = features.preprocess(tf.zeros((10, 10), tf.uint8), 8)
+    gray = preprocessing.preprocess(tf.zeros((10, 10), tf.uint8), 8)
     assert gray.shape == (8, 8, 3)
 
 
 def test_bbox_to_crop_frame():
     # 40x80 image -> 32x64, crop x in [16, 48) of the resized image = [0.25, 0.75) of the original width
     box = tf.constant([0.0, 0.25, 1.0, 0.75])
-    np.testing.assert_allclose(features.bbox_to_crop_frame(box, 40, 80, 32).numpy(), [0, 0, 1, 1], atol=1e-6)
+    np.testing.assert_allclose(preprocessing.bbox_to_crop_frame(box, 40, 80, 32).numpy(), [0, 0, 1, 1], atol=1e-6)
     box = tf.constant([0.5, 0.5, 1.0, 1.0])
-    np.testing.assert_allclose(features.bbox_to_crop_frame(box, 40, 80, 32).numpy(), [0.5, 0.5, 1, 1], atol=1e-6)
+    np.testing.assert_allclose(preprocessing.bbox_to_crop_frame(box, 40, 80, 32).numpy(), [0.5, 0.5, 1, 1], atol=1e-6)
     box = tf.constant([0.0, 0.0, 1.0, 0.2])  # left of the crop: clipped to an empty box at x = 0
-    np.testing.assert_allclose(features.bbox_to_crop_frame(box, 40, 80, 32).numpy(), [0, 0, 1, 0], atol=1e-6)
-    missing = features.bbox_to_crop_frame(tf.fill([4], float("nan")), 40, 80, 32).numpy()
+    np.testing.assert_allclose(preprocessing.bbox_to_crop_frame(box, 40, 80, 32).numpy(), [0, 0, 1, 0], atol=1e-6)
+    missing = preprocessing.bbox_to_crop_frame(tf.fill([4], float("nan")), 40, 80, 32).numpy()
     assert np.isnan(missing).all()
 
 
 def test_transforms():
     img = tf.reshape(tf.range(2 * 2 * 3, dtype=tf.float32), [2, 2, 3])
-    np.testing.assert_array_equal(features.transform_fn("perm5")(img).numpy(), img.numpy()[..., ::-1])
-    np.testing.assert_array_equal(features.transform_fn("rot2")(img).numpy(), img.numpy()[::-1, ::-1])
-    assert features.transform_fn(None) is None
-    assert len(set(features.CHANNEL_PERMUTATIONS)) == 6
+    np.testing.assert_array_equal(preprocessing.CHANNEL_ORDERS[5](img).numpy(), img.numpy()[..., ::-1])
+    np.testing.assert_array_equal(preprocessing.ROTATIONS[2](img).numpy(), img.numpy()[::-1, ::-1])
+    assert [t.name for t in preprocessing.ROTATIONS] == ["rot0", "rot1", "rot2", "rot3"]
+    assert [t.name for t in preprocessing.CHANNEL_ORDERS] == [f"perm{i}" for i in range(6)]
+    assert len(set(preprocessing.CHANNEL_PERMUTATIONS)) == 6
 
 
 def test_load_model_errors(tmp_path):
     with pytest.raises(EvalError, match="not found"):
-        features.load_model(str(tmp_path / "missing"))
+        load_model(str(tmp_path / "missing"))
     (tmp_path / "empty").mkdir()
     with pytest.raises(EvalError, match="no saved_model.pb"):
-        features.load_model(str(tmp_path / "empty"))
+        load_model(str(tmp_path / "empty"))
 
     class NoSig(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
@@ -247,10 +260,10 @@ def test_load_model_errors(tmp_path):
     m = NoSig()
     tf.saved_model.save(m, str(tmp_path / "nosig"), signatures={"other": m.f})
     with pytest.raises(EvalError, match="no 'serving_default'"):
-        features.load_model(str(tmp_path / "nosig"))
+        load_model(str(tmp_path / "nosig"))
     tf.saved_model.save(m, str(tmp_path / "flat"), signatures={"serving_default": m.f})
     with pytest.raises(EvalError, match=r"expected \[N, H, W, 3\]"):
-        features.load_model(str(tmp_path / "flat"))
+        load_model(str(tmp_path / "flat"))
 
     class IntInput(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([None, None, None, 3], tf.uint8)])
@@ -260,7 +273,7 @@ def test_load_model_errors(tmp_path):
     m2 = IntInput()
     tf.saved_model.save(m2, str(tmp_path / "int"), signatures={"serving_default": m2.f})
     with pytest.raises(EvalError, match="expected a float image"):
-        features.load_model(str(tmp_path / "int"))
+        load_model(str(tmp_path / "int"))
 
 
 def test_load_model_fixed_size_and_single_output(tmp_path):
@@ -271,14 +284,14 @@ def test_load_model_fixed_size_and_single_output(tmp_path):
 
     m = Fixed()
     tf.saved_model.save(m, str(tmp_path / "fixed"), signatures={"serving_default": m.f})
-    model = features.load_model(str(tmp_path / "fixed"))
+    model = load_model(str(tmp_path / "fixed"))
     assert model.output_key == "embedding" and model.fixed_size == (16, 16)
     model.check_size(16)
     with pytest.raises(EvalError, match="only accepts 16x16"):
         model.check_size(32)
     assert model(tf.zeros([2, 16, 16, 3])).shape == (2, 3)
-    nested = testing.save_random_conv_model(str(tmp_path / "run" / "saved_model"), channels=4)
-    loaded = features.load_model(str(tmp_path / "run"))  # MODEL_DIR/saved_model is found
+    nested = eval_fakes.save_random_conv_model(str(tmp_path / "run" / "saved_model"), channels=4)
+    loaded = load_model(str(tmp_path / "run"))  # MODEL_DIR/saved_model is found
     assert loaded.path == nested and loaded.name == "run"
     assert loaded(tf.zeros([3, 20, 20, 3])).shape == (3, 8)
 
@@ -318,8 +331,8 @@ def test_report_merge_and_markdown(tmp_path):
 
 
 def test_auto_backend_picks_by_problem_size():
-    small = linear.LogRegFitter(np.ones((10, 4), np.float32), np.arange(10) % 2)
+    small = logreg.LogRegFitter(np.ones((10, 4), np.float32), np.arange(10) % 2)
     assert small.backend == "numpy"
-    n = linear.AUTO_TF_SIZE // (100 * 2)
-    large = linear.LogRegFitter(np.ones((n, 100), np.float32), np.arange(n) % 2)
+    n = logreg.AUTO_TF_SIZE // (100 * 2)
+    large = logreg.LogRegFitter(np.ones((n, 100), np.float32), np.arange(n) % 2)
     assert large.backend == "tf"

@@ -7,16 +7,19 @@ import os
 import subprocess
 import sys
 
+import eval_fakes as testing
 import numpy as np
 import pytest
 import tensorflow as tf
 from PIL import Image
 
-from augself_tf.evaluation import testing
-from augself_tf.evaluation.datasets import DataAccess, MemorySources
+from augself_tf.evaluation.context import EvalContext, EvalSettings, ProbeOptions
+from augself_tf.evaluation.datasets import DataAccess
 from augself_tf.evaluation.errors import EvalError
-from augself_tf.evaluation.features import load_model
-from augself_tf.evaluation.protocols import PROTOCOLS, EvalConfig, Evaluator
+from augself_tf.evaluation.loading import load_model
+from augself_tf.evaluation.protocols import all_protocols, run_protocol
+from augself_tf.evaluation.protocols.fewshot import FewshotOptions
+from augself_tf.evaluation.protocols.retrieval import RetrievalOptions
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,21 +34,28 @@ def models(tmp_path_factory):
     }
 
 
-def quick_config(tmp_path, **kw) -> EvalConfig:
-    base = dict(
-        image_size=32, batch_size=64, max_examples=120, linear_regs=4, linear_max_iter=300,
-        fewshot_episodes=40, fewshot_shots=(1, 5), fewshot_queries=4, retrieval_queries=4,
-        output_dir=str(tmp_path),
-    )
-    base.update(kw)
-    return EvalConfig(**base)
+class Evaluator:
+    """The quick settings of these tests: one context, protocol options, ``run(model, protocol, dataset)``."""
+
+    def __init__(self, tmp_path, access=None, fewshot_ways: int = 5, fewshot_shots=(1, 5), **settings):
+        base = dict(image_size=32, batch_size=64, max_examples=120, output_dir=str(tmp_path),
+                    probe=ProbeOptions(regs=4, max_iter=300))
+        base.update(settings)
+        self.context = EvalContext(EvalSettings(**base), access or DataAccess(), log=None)
+        self.options = {
+            "fewshot": FewshotOptions(ways=fewshot_ways, shots=fewshot_shots, queries=4, episodes=40),
+            "retrieval": RetrievalOptions(queries=4),
+        }
+
+    def run(self, model, protocol: str, dataset: str) -> list[dict]:
+        return run_protocol(self.context, model, protocol, dataset, self.options.get(protocol))
 
 
 def test_all_protocols_on_shapes(models, tmp_path):
-    ev = Evaluator(quick_config(tmp_path), DataAccess(), log=None)
+    ev = Evaluator(tmp_path)
     model = load_model(models["rand"])
     records = []
-    for protocol in PROTOCOLS:
+    for protocol in all_protocols():
         records += ev.run(model, protocol, "shapes")
     by = {r["protocol"]: r for r in records}
     assert set(by) == {
@@ -68,7 +78,7 @@ def test_all_protocols_on_shapes(models, tmp_path):
 
 
 def test_color_label_and_oracle_on_shapes(models, tmp_path):
-    ev = Evaluator(quick_config(tmp_path, label_key="color"), DataAccess(), log=None)
+    ev = Evaluator(tmp_path, label_key="color")
     rec = ev.run(load_model(models["color"]), "linear", "shapes")[0]
     assert rec["settings"]["label_key"] == "color"
     assert rec["value"] > 60.0  # 6 hues, the colour oracle sees them (chance 17%)
@@ -98,7 +108,7 @@ def _write_folder(root: str, per_class: int = 12) -> str:
 def test_protocols_on_a_folder(models, tmp_path):
     folder = _write_folder(str(tmp_path / "rects"))
     spec = f"folder:{folder}"
-    ev = Evaluator(quick_config(tmp_path, fewshot_ways=3, fewshot_shots=(1,)), DataAccess(), log=None)
+    ev = Evaluator(tmp_path, fewshot_ways=3, fewshot_shots=(1,))
     loc = ev.run(load_model(models["box"]), "localization", spec)[0]
     assert loc["value"] < 1e-3 and loc["settings"]["mean_iou"] > 0.9  # the box oracle
     color = load_model(models["color"])
@@ -116,15 +126,15 @@ def test_protocols_on_a_folder(models, tmp_path):
 def test_bad_inputs_raise_one_clear_error(models, tmp_path):
     data = testing.rectangle_images(40, size=16, seed=2)
     no_box = {k: v for k, v in data.items() if k != "bbox"}
-    access = MemorySources({"nobox": {"train": no_box, "test": no_box}})
-    ev = Evaluator(quick_config(tmp_path, image_size=16, fewshot_ways=5), access, log=None)
+    access = testing.MemorySources({"nobox": {"train": no_box, "test": no_box}})
+    ev = Evaluator(tmp_path, access, image_size=16, fewshot_ways=5)
     model = load_model(models["rand"])
     with pytest.raises(EvalError, match="localization needs boxes"):
         ev.run(model, "localization", "nobox")
     with pytest.raises(EvalError, match="5-way 1-shot episodes need 5 classes"):
         ev.run(model, "fewshot", "nobox")  # 4 quadrant classes only
     with pytest.raises(EvalError, match="no 'missing' label"):
-        Evaluator(quick_config(tmp_path, image_size=16, label_key="missing"), access, log=None).run(
+        Evaluator(tmp_path, access, image_size=16, label_key="missing").run(
             model, "linear", "nobox"
         )
 
@@ -185,6 +195,8 @@ def test_eval_main_bad_inputs_exit_2_with_one_line(models, tmp_path):
     assert proc.stderr.strip().splitlines() == ["eval_main: error: SavedModel not found: /nonexistent/model"]
     proc = _run_main(f"--saved_model={models['rand']}", "--protocol=bogus")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "bogus" in proc.stderr
+    proc = _run_main(f"--saved_model={models['rand']},{models['rand']}", f"--log_to={tmp_path}")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "--log_to=auto" in proc.stderr
 
     class NoSig(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])

@@ -19,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 import train_main
+from augself_tf.data import tfds_source
 from augself_tf.data.sources import imagenet100_wnids, load_source, source_info
 from augself_tf.training.loop import TrainConfig, train
 
@@ -209,6 +210,30 @@ def test_flagfile_dataset_and_split_exist_offline(name, tmp_path):
     if cfg.dataset == "imagenet100":  # valid split, then the one error for unprepared ImageNet
         with pytest.raises(FileNotFoundError, match="not prepared"):
             source_info(cfg.dataset, cfg.split, data_dir=str(tmp_path))
-    else:
-        info = source_info(cfg.dataset, cfg.split, data_dir=str(tmp_path))
+    else:  # valid split, then the not-prepared error; the offline description lists the split
+        with pytest.raises(FileNotFoundError, match="not prepared"):
+            source_info(cfg.dataset, cfg.split, data_dir=str(tmp_path))
+        info = tfds_source.info(cfg.dataset, cfg.split, data_dir=str(tmp_path), require_prepared=False)
         assert info.num_examples is None and set(cfg.split.split("+")) <= set(info.splits)
+
+
+def test_no_flags_give_trainconfigs_defaults_and_every_setting_is_a_flag():
+    """Defaults are written once, in TrainConfig: train_main with no flags builds exactly TrainConfig()."""
+    from augself_tf.training.config import flag_settings
+
+    flags = train_main.FLAGS
+    flags.unparse_flags()
+    try:
+        flags(["train_main.py"])
+        cfg = train_main._config()
+    finally:
+        flags.unparse_flags()
+    default = TrainConfig()
+    assert {f.name for f in flag_settings()} <= set(flags), "a TrainConfig setting has no flag"
+    for field in flag_settings():
+        assert flags[field.name].default == field.default, field.name
+        assert flags[field.name].help.endswith(field.metadata["help"]), field.name  # enums prefix <choices>
+    method_defaults = {name: None for name in train_main._METHOD_FLAGS}
+    expected = dataclasses.replace(default, model_dir=default.resolved_model_dir(), method_options=method_defaults)
+    assert cfg == expected
+    assert (cfg.backbone, cfg.width, cfg.epochs, cfg.augment.image_size) == ("resnet18_cifar", 0.125, 10, 32)

@@ -35,6 +35,7 @@ def tiny(model_dir: str, **overrides) -> TrainConfig:
         checkpoint_every=3,
         verbose=0,
         shuffle_buffer=256,
+        monitor="none",  # tests/test_monitors.py turns them on
     )
     return dataclasses.replace(base, **overrides)
 
@@ -97,11 +98,11 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch
     original = AugSelfModel.compute_losses
 
     def poisoned(self, batch, training=True):
-        total, logs = original(self, batch, training)
+        total, logs, forward = original(self, batch, training)
         bad = tf.cast(self.optimizer.iterations, tf.float32) >= 2.0
         total = tf.where(bad, tf.constant(float("nan")), total)
         logs["loss/total"] = total
-        return total, logs
+        return total, logs, forward
 
     monkeypatch.setattr(AugSelfModel, "compute_losses", poisoned)
     with pytest.raises(NonFiniteLossError, match="step 3"):
@@ -117,10 +118,10 @@ def test_nan_between_log_steps_is_caught_before_the_next_save_and_names_its_step
     original = AugSelfModel.compute_losses
 
     def poisoned(self, batch, training=True):
-        total, logs = original(self, batch, training)
+        total, logs, forward = original(self, batch, training)
         total = tf.where(tf.equal(self.optimizer.iterations, 1), tf.constant(float("inf")), total)
         logs["loss/total"] = total
-        return total, logs
+        return total, logs, forward
 
     monkeypatch.setattr(AugSelfModel, "compute_losses", poisoned)
     with pytest.raises(NonFiniteLossError, match="step 2"):  # iterations == 1 during the 2nd step

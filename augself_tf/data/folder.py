@@ -46,7 +46,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from augself_tf.data.sources import SourceInfo, split_parts, unknown_split_error
+from augself_tf.data.base import SourceInfo, split_parts, unknown_split_error
 
 IMAGE_EXTENSIONS: tuple[str, ...] = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
 POOL_FRACTIONS: dict[str, float] = {"train": 0.7, "val": 0.1, "test": 0.2}
@@ -77,6 +77,8 @@ class _Tree:
 
 
 def _resolve(path: str, data_dir: str | None) -> str:
+    if not path:
+        raise ValueError("dataset spec 'folder:' needs a path, e.g. 'folder:/data/my_images'")
     path = os.path.expanduser(path)
     if not os.path.isabs(path) and data_dir and os.path.isdir(os.path.join(data_dir, path)):
         path = os.path.join(data_dir, path)
@@ -294,6 +296,15 @@ def _good_files(tree: _Tree, split: str) -> list[tuple[str, int]]:
     if not good:
         raise ValueError(f"folder:{tree.root} split {split!r} has no readable images")
     return good
+
+
+def files(path: str, split: str, *, data_dir: str | None = None) -> list[tuple[str, int]]:
+    """(file path, label) of the readable images of a split of ``folder:PATH``, in the fixed example order.
+
+    Unreadable files are left out (test-decoded once per process, with one warning); PATH is resolved as in
+    :func:`load`.
+    """
+    return _good_files(_scan(_resolve(path, data_dir)), split)
 
 
 def info(path: str, split: str, *, data_dir: str | None = None) -> SourceInfo:

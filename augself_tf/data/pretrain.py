@@ -92,6 +92,9 @@ def make_pair_dataset(
     options.deterministic = deterministic
 
     def epoch_stream(epoch: tf.Tensor) -> tf.data.Dataset:
+        # The order must depend on (seed, epoch) alone: ignore a global seed the caller may have set (with
+        # global seed 0, tf.data's seed handling would even compare this tensor seed to 0 in Python).
+        tf.compat.v1.get_default_graph().seed = None  # this epoch function's own graph only
         shuffle_seed = tf.random.experimental.stateless_fold_in(tf.constant([seed, _SHUFFLE_SALT], tf.int64), epoch)[0]
         ds = base.shuffle(shuffle_buffer, seed=shuffle_seed, reshuffle_each_iteration=False)
         ds = ds.map(

@@ -27,7 +27,7 @@ import functools
 import numpy as np
 import tensorflow as tf
 
-from augself_tf.data.sources import SourceInfo, split_parts, unknown_split_error
+from augself_tf.data.base import SourceInfo, split_parts, unknown_dataset_error, unknown_split_error
 
 IMAGE_SIZE = 64
 SHAPE_NAMES: tuple[str, ...] = ("circle", "square", "triangle", "cross", "ring")
@@ -165,8 +165,17 @@ def generate(split: str) -> dict[str, np.ndarray]:
     return out
 
 
-def info(split: str) -> SourceInfo:
-    """SourceInfo of a ``shapes`` split (``train``, ``test`` or e.g. ``train+test``)."""
+def _check_arg(arg: str) -> None:
+    if arg:  # the spec is exactly 'shapes': there is one embedded dataset, no variants
+        raise unknown_dataset_error(f"shapes:{arg}")
+
+
+def info(arg: str, split: str, *, data_dir: str | None = None) -> SourceInfo:
+    """SourceInfo of a ``shapes`` split (``train``, ``test`` or e.g. ``train+test``); ``arg`` must be empty.
+
+    ``data_dir`` is unused (nothing is read from disk); it is part of the :class:`~augself_tf.data.base.Source` API.
+    """
+    _check_arg(arg)
     parts = split_parts(split)
     for p in parts:
         if p not in SPLITS:
@@ -185,9 +194,9 @@ def info(split: str) -> SourceInfo:
     )
 
 
-def load(split: str) -> tf.data.Dataset:
-    """``tf.data.Dataset`` of ``{"image", "label", "color", "bbox"}`` for a ``shapes`` split."""
-    info(split)  # validates the split
+def load(arg: str, split: str, *, data_dir: str | None = None) -> tf.data.Dataset:
+    """``tf.data.Dataset`` of ``{"image", "label", "color", "bbox"}`` for a ``shapes`` split (``arg`` empty)."""
+    info(arg, split)  # validates the spec and the split
     arrays = [generate(p) for p in split_parts(split)]
     data = {k: np.concatenate([a[k] for a in arrays]) if len(arrays) > 1 else arrays[0][k] for k in arrays[0]}
     return tf.data.Dataset.from_tensor_slices(data)

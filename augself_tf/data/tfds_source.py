@@ -10,13 +10,16 @@ such as segmentation masks with ``tfds.decode.SkipDecoding`` breaks ``tfds.testi
 bbox datasets, and costs little).
 
 Nothing is downloaded: the data must already be prepared under ``data_dir`` (tfds' default
-``~/tensorflow_datasets`` when None); otherwise a one-line FileNotFoundError says how to prepare it.
+``~/tensorflow_datasets`` or ``$TFDS_DATA_DIR`` when None); otherwise :func:`load` and :func:`info` raise a
+one-line :class:`~augself_tf.data.base.DatasetNotPreparedError` naming the directory searched and how to
+prepare it. Under ``tfds.testing.mock_data`` nothing is prepared and both work (``num_examples`` None).
 """
 
 from __future__ import annotations
 
 import ast
 import inspect
+import os
 import re
 import sys
 import textwrap
@@ -24,7 +27,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from augself_tf.data.sources import SourceInfo, unknown_dataset_error, unknown_split_error
+from augself_tf.data.base import DatasetNotPreparedError, SourceInfo, unknown_dataset_error, unknown_split_error
 
 
 def _tfds() -> Any:
@@ -34,6 +37,8 @@ def _tfds() -> Any:
 
 
 def _builder(name: str, data_dir: str | None) -> Any:
+    if not name:  # the spec was a bare 'tfds' or 'tfds:'
+        raise unknown_dataset_error("tfds:")
     tfds = _tfds()
     try:
         return tfds.builder(name, data_dir=data_dir)
@@ -128,11 +133,55 @@ def _check_split(builder: Any, split: str) -> int | None:
         raise unknown_split_error(builder.info.name, split, valid) from None
 
 
-def info(name: str, split: str, *, data_dir: str | None = None) -> SourceInfo:
-    """SourceInfo of a tfds dataset split; ``num_examples`` is None when the data is not prepared."""
+def searched_data_dir(builder: Any) -> str:
+    """The data_dir a builder reads from, tfds' default resolved when none was given."""
+    path = os.fspath(builder.data_dir)  # DIR/name[/config]/version
+    suffix = "/" + builder.info.full_name
+    return path[: -len(suffix)] if path.endswith(suffix) else path
+
+
+def not_prepared_error(name: str, builder: Any, data_dir: str | None) -> DatasetNotPreparedError:
+    """The one-line error for a dataset tfds knows but whose data is not under the data_dir searched."""
+    searched = searched_data_dir(builder)
+    where = searched if data_dir is not None else f"{searched} (the default data_dir)"
+    # Kept under ~250 characters: eval_main shortens error lines to 300.
+    needs_archives = getattr(builder, "MANUAL_DOWNLOAD_INSTRUCTIONS", None)
+    manual = " (manual download: archives in DIR/downloads/manual)" if needs_archives else ""
+    return DatasetNotPreparedError(
+        f"tfds dataset {name!r} is not prepared in {where}: build it with `tfds build {name} --data_dir DIR`"
+        f"{manual} on a machine with network, copy DIR here and pass --data_dir=DIR; "
+        "or use --dataset=folder:PATH for an image folder",
+        name=name,
+        data_dir=searched,
+    )
+
+
+def _as_dataset(builder: Any, name: str, split: str, data_dir: str | None) -> tf.data.Dataset:
+    """``builder.as_dataset(split)``, or the not-prepared error when tfds finds no data."""
+    try:
+        return builder.as_dataset(split=split)
+    except AssertionError as e:  # tfds' own "could not find data in DIR" is an assertion
+        if "could not find data" not in str(e) and "download_and_prepare" not in str(e):
+            raise
+        raise not_prepared_error(name, builder, data_dir) from None
+
+
+def info(name: str, split: str, *, data_dir: str | None = None, require_prepared: bool = True) -> SourceInfo:
+    """SourceInfo of a tfds dataset split.
+
+    Args:
+      name: tfds name (``name``, ``name/config``, ``name:1.2.3``).
+      split: split name or tfds expression; the names are checked against the builder's declared splits.
+      data_dir: tfds data directory (None: tfds' default).
+      require_prepared: raise :class:`~augself_tf.data.base.DatasetNotPreparedError` when the data is not
+        prepared; False describes it from code-level metadata instead (``num_examples`` None).
+    """
     builder = _builder(name, data_dir)
     image_key, label_key, has_bbox = _keys(builder)
     num_examples = _check_split(builder, split)
+    if require_prepared and num_examples is None:
+        # No split metadata: either not prepared (raises) or tfds.testing.mock_data (builds a fake dataset).
+        _as_dataset(builder, name, split, data_dir)
     features = builder.info.features
     if label_key is None:
         num_classes, class_names = 0, None
@@ -174,21 +223,10 @@ def _to_rgb_uint8(img: tf.Tensor) -> tf.Tensor:
 
 def load(name: str, split: str, *, data_dir: str | None = None) -> tf.data.Dataset:
     """``tf.data.Dataset`` of ``{"image", "label"[, "bbox"]}`` for a prepared tfds dataset split."""
-    tfds = _tfds()
     builder = _builder(name, data_dir)
     image_key, label_key, has_bbox = _keys(builder)
     _check_split(builder, split)
-    try:
-        ds = tfds.load(name, split=split, data_dir=data_dir, download=False)
-    except AssertionError as e:
-        if "could not find data" not in str(e) and "download_and_prepare" not in str(e):
-            raise
-        where = data_dir or "tfds' default data_dir (~/tensorflow_datasets or $TFDS_DATA_DIR)"
-        raise FileNotFoundError(
-            f"tfds dataset {name!r} is not prepared in {where}: prepare it where there is network "
-            f"(`tfds build {name} --data_dir DIR`; manual-download datasets need their archives in "
-            f"DIR/downloads/manual) and pass data_dir=DIR; nothing is downloaded here"
-        ) from None
+    ds = _as_dataset(builder, name, split, data_dir)  # what tfds.load(..., download=False) does
 
     def normalise(ex: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         out = {"image": _to_rgb_uint8(ex[image_key])}

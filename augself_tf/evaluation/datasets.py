@@ -8,14 +8,13 @@
   meta-test set: the 20 CIFAR-100 fine classes of FC100's 4 test superclasses (aquatic mammals,
   insects, medium mammals, people), train+test images (12,000, the paper's count).
 
-:class:`DataAccess` is the seam between evaluation and the data layer; tests can plug in
-:class:`MemorySources` (in-memory arrays) instead.
+:class:`DataAccess` is the seam between evaluation and the data layer; tests plug in in-memory
+sources instead (``tests/eval_fakes.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 
 import numpy as np
 import tensorflow as tf
@@ -107,37 +106,6 @@ class DataAccess:
         except Exception as e:  # noqa: BLE001
             raise EvalError(f"dataset {spec!r}: {first_line(e)}") from None
         return ()
-
-
-class MemorySources(DataAccess):
-    """In-memory sources for tests and small experiments: ``{spec: {split: {key: array}}}``."""
-
-    def __init__(self, data: Mapping[str, Mapping[str, Mapping[str, np.ndarray]]]):
-        super().__init__(None)
-        self.data = data
-
-    def load(self, spec: str, split: str) -> tf.data.Dataset:
-        """Example dicts of one split; ``a+b`` joins splits."""
-        if spec not in self.data:
-            raise EvalError(f"unknown dataset {spec!r}")
-        parts = [p.strip() for p in split.split("+")]
-        arrays = []
-        for p in parts:
-            if p == "all" and "all" not in self.data[spec]:
-                arrays.extend(self.data[spec].values())
-            elif p in self.data[spec]:
-                arrays.append(self.data[spec][p])
-            else:
-                raise EvalError(f"unknown split {p!r} for dataset {spec!r}")
-        keys = arrays[0].keys()
-        merged = {k: np.concatenate([a[k] for a in arrays]) for k in keys}
-        return tf.data.Dataset.from_tensor_slices(merged)
-
-    def splits(self, spec: str) -> tuple[str, ...]:
-        """The split names given for ``spec``."""
-        if spec not in self.data:
-            raise EvalError(f"unknown dataset {spec!r}")
-        return tuple(self.data[spec])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,12 +35,11 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
+from augself_tf.evaluation import logreg
 from augself_tf.evaluation.errors import EvalError
-
-
-def _floats(v: str | Sequence) -> tuple[float, ...]:
-    items = v.split(",") if isinstance(v, str) else v
-    return tuple(float(x) for x in items if str(x).strip())
+from augself_tf.evaluation.intervals import t_ci95
+from augself_tf.evaluation.options import option
+from augself_tf.progress import Progress
 
 
 @dataclasses.dataclass
@@ -59,35 +58,21 @@ class FinetuneOptions:
       flip: random horizontal flips during fine-tuning.
     """
 
-    alphas: tuple[float, ...] = (0.001, 0.01, 0.1, 1.0)
-    lrs: tuple[float, ...] = (0.005, 0.01, 0.02)
-    beta: float = 0.01
-    steps: int = 1000
-    batch_size: int = 64
-    trials: int = 5
+    alphas: tuple[float, ...] = option((0.001, 0.01, 0.1, 1.0), "L2SP alpha grid (backbone term).")
+    lrs: tuple[float, ...] = option((0.005, 0.01, 0.02), "Fine-tuning learning-rate grid.")
+    beta: float = option(0.01, "L2SP beta (classifier weights).")
+    steps: int = option(1000, "SGD steps per fine-tuning run.")
+    batch_size: int = option(64, "Images per fine-tuning step.")
+    trials: int = option(5, "Seeds of the final train+val runs (95% t-interval).")
     momentum: float = 0.9
-    head_init: str = "zeros"
+    head_init: str = option("zeros", "Initial classifier.", choices=("zeros", "probe"))
     flip: bool = True
 
-    @classmethod
-    def from_dict(cls, d: dict | None) -> FinetuneOptions:
-        """Options from flag values ``finetune_alphas`` etc.; keys of other analyses ignored."""
-        d = {k.removeprefix("finetune_"): v for k, v in (d or {}).items() if v is not None}
-        o = cls()
-        for k, v in d.items():
-            if k in ("alphas", "lrs"):
-                setattr(o, k, _floats(v))
-            elif k in ("beta", "momentum"):
-                setattr(o, k, float(v))
-            elif k in ("steps", "batch_size", "trials"):
-                setattr(o, k, int(v))
-            elif k in ("head_init", "flip"):
-                setattr(o, k, v)
-        if o.head_init not in ("zeros", "probe"):
-            raise EvalError(f"--finetune_head_init must be zeros or probe, got {o.head_init!r}")
-        if not o.alphas or not o.lrs or o.steps < 1 or o.trials < 1 or o.batch_size < 1:
+    def __post_init__(self) -> None:
+        if self.head_init not in ("zeros", "probe"):
+            raise EvalError(f"--finetune_head_init must be zeros or probe, got {self.head_init!r}")
+        if not self.alphas or not self.lrs or self.steps < 1 or self.trials < 1 or self.batch_size < 1:
             raise EvalError("fine-tuning needs non-empty α and lr grids and positive steps, trials, batch size")
-        return o
 
 
 def l2sp_penalty(
@@ -142,7 +127,7 @@ class Finetuner:
         if hasattr(self.module, "train_features") and hasattr(self.module, "trainable_weights"):
             self.batch_norm = "training mode: batch statistics, moving averages updated"
             self.backbone_vars = list(self.module.trainable_weights)
-            self.state_vars = list(getattr(self.module, "non_trainable_weights", []))
+            self.state_vars = list(self.module.non_trainable_weights)
             self._train_fn = self.module.train_features
         else:
             self.batch_norm = "frozen: pretrained moving statistics (SavedModel has no train_features)"
@@ -169,7 +154,6 @@ class Finetuner:
             self.variables = self.backbone_vars + [self.kernel, self.bias]
             self.optimizer.build(self.variables)
         self._steps: dict[int, Callable] = {}  # traced training step per global batch size
-        self.log = None  # a callable taking progress lines, or None
 
     def _serve(self, images: tf.Tensor) -> tf.Tensor:
         return tf.cast(self._serve_fn(**{self.input_name: images})[self.output_key], tf.float32)
@@ -228,10 +212,12 @@ class Finetuner:
         lr: float,
         seed: int,
         head: tuple[np.ndarray, np.ndarray] | None = None,
+        on_step: Callable[[float], None] | None = None,
     ) -> tuple[tf.Variable, tf.Variable]:
         """Fine-tune from θ⁰ on (images float32 [n, S, S, 3], class indices [n]); returns (W, b).
 
-        ``head``: initial (W [d, k], b [k]); None = zeros. The global batch is ``batch_size`` (at most n),
+        ``head``: initial (W [d, k], b [k]); None = zeros. ``on_step(loss)`` is called after every step
+        (a progress bar). The global batch is ``batch_size`` (at most n),
         rounded down to a multiple of the replica count.
         """
         o = self.options
@@ -248,7 +234,6 @@ class Finetuner:
         if global_batch not in self._steps:
             self._steps[global_batch] = self._make_step(global_batch)
         step = self._steps[global_batch]
-        start = time.perf_counter()
         ds = (tf.data.Dataset.from_tensor_slices((images.astype(np.float32), labels.astype(np.int32)))
               .shuffle(n, seed=seed, reshuffle_each_iteration=True).repeat()
               .batch(global_batch, drop_remainder=True).take(o.steps))
@@ -256,8 +241,8 @@ class Finetuner:
             loss = float(step(x, y, tf.constant([seed, 1000 * t], tf.int64)))
             if not math.isfinite(loss):
                 raise EvalError(f"fine-tuning diverged (loss {loss}) at step {t} with alpha={alpha}, lr={lr}")
-            if self.log and (t + 1) % max(1, o.steps // 4) == 0 and t + 1 < o.steps:
-                self.log(f"    step {t + 1}/{o.steps} loss {loss:.4f} ({time.perf_counter() - start:.0f}s)")
+            if on_step is not None:
+                on_step(loss)
         return self.kernel, self.bias
 
     def accuracy(self, images: np.ndarray, labels: np.ndarray, kernel, bias) -> float:
@@ -267,16 +252,6 @@ class Finetuner:
         w, b = (v.numpy() if hasattr(v, "numpy") else np.asarray(v) for v in (kernel, bias))
         preds = np.argmax(self.features(images) @ w + b, axis=1)
         return float(np.mean(preds == labels))
-
-
-def t_interval(values: Sequence[float]) -> float:
-    """Half-width of the 95% Student-t interval of the mean (0 for fewer than 2 values)."""
-    v = np.asarray(values, np.float64)
-    if len(v) < 2:
-        return 0.0
-    from scipy import stats
-
-    return float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v)))
 
 
 @dataclasses.dataclass
@@ -305,11 +280,15 @@ class FinetuneResult:
 
 
 def _probe_head(ft: Finetuner, images: np.ndarray, labels: np.ndarray, num_classes: int):
-    from augself_tf.evaluation import linear
-
     feats = ft.features(images)
-    m = linear.fit_logreg(feats, labels, 1e-3, classes=np.arange(num_classes), max_iter=500)
+    m = logreg.fit_logreg(feats, labels, 1e-3, classes=np.arange(num_classes), max_iter=500)
     return m.coef.astype(np.float32), m.intercept.astype(np.float32)
+
+
+def total_steps(options: FinetuneOptions) -> int:
+    """SGD steps of :func:`finetune_eval`: every (α, lr) of the grid (none for a 1×1 grid), then the trials."""
+    grid = len(options.alphas) * len(options.lrs)
+    return options.steps * ((grid if grid > 1 else 0) + options.trials)
 
 
 def finetune_eval(
@@ -322,13 +301,15 @@ def finetune_eval(
     seed: int = 0,
     input_name: str = "images",
     output_key: str = "features",
-    log=None,
+    log: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
     strategy: tf.distribute.Strategy | None = None,
 ) -> FinetuneResult:
     """Grid search (α, lr) on val, then ``trials`` seeds on train+val scored on test (module docstring).
 
     Each split is (images float32 [n, S, S, 3] in [0, 1], labels int [n]); labels are mapped to class
-    indices over the train+val labels (a test label never seen counts as an error).
+    indices over the train+val labels (a test label never seen counts as an error). ``progress`` counts
+    the steps of every run (its total: :func:`total_steps`).
     """
     o = options or FinetuneOptions()
     start = time.perf_counter()
@@ -341,7 +322,10 @@ def finetune_eval(
         return np.where(classes[pos] == y, pos, -1)
 
     ft = Finetuner(path, len(classes), o, input_name, output_key, strategy=strategy)
-    ft.log = log
+
+    def on_step(loss: float) -> None:
+        if progress is not None:
+            progress.advance(1, {"loss": loss})
     xtr, ytr = train[0], idx(train[1])
     xva, yva = val[0], idx(val[1])
     x_all, y_all = np.concatenate([xtr, xva]), np.concatenate([ytr, yva])
@@ -353,7 +337,7 @@ def finetune_eval(
             if len(o.alphas) * len(o.lrs) == 1:
                 grid.append([alpha, lr, float("nan")])
                 break
-            w, b = ft.fit(xtr, ytr, alpha=alpha, lr=lr, seed=seed, head=head_tr)
+            w, b = ft.fit(xtr, ytr, alpha=alpha, lr=lr, seed=seed, head=head_tr, on_step=on_step)
             acc = ft.accuracy(xva, yva, w, b)
             grid.append([alpha, lr, acc])
             if log:
@@ -361,71 +345,13 @@ def finetune_eval(
     best = max(grid, key=lambda g: (g[2] if math.isfinite(g[2]) else -1.0))
     accs = []
     for t in range(o.trials):
-        w, b = ft.fit(x_all, y_all, alpha=best[0], lr=best[1], seed=seed + 1 + t, head=head_all)
+        w, b = ft.fit(x_all, y_all, alpha=best[0], lr=best[1], seed=seed + 1 + t, head=head_all, on_step=on_step)
         accs.append(ft.accuracy(test[0], idx(test[1]), w, b))
         if log:
             log(f"  finetune trial {t}: test {100 * accs[-1]:.2f}")
     ft.reset()
     return FinetuneResult(
-        mean=float(np.mean(accs)), ci95=t_interval(accs), trials=accs, best_alpha=best[0], best_lr=best[1],
+        mean=float(np.mean(accs)), ci95=t_ci95(accs), trials=accs, best_alpha=best[0], best_lr=best[1],
         grid=grid, seconds=time.perf_counter() - start, batch_norm=ft.batch_norm,
         replicas=ft.strategy.num_replicas_in_sync,
     )
-
-
-def _images_labels(evaluator, dataset: str, split: str, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    xs, ys, ids = [], [], []
-    for b in evaluator.extractor.examples(dataset, split).batch(256):
-        if key not in b:
-            raise EvalError(f"finetune: examples of {dataset!r} have no {key!r} label")
-        xs.append(b["image"].numpy())
-        ys.append(b[key].numpy())
-        ids.append(b["index"].numpy())
-    if not xs:
-        raise EvalError(f"finetune: {dataset}/{split} is empty")
-    return np.concatenate(xs), np.concatenate(ys), np.concatenate(ids)
-
-
-def run_protocol(evaluator, model, dataset: str) -> list[dict]:
-    """The ``finetune`` protocol on ``dataset`` (images held in memory: use --max_examples on big sets).
-
-    Args:
-      evaluator: the :class:`~augself_tf.evaluation.protocols.Evaluator`.
-      model: the :class:`~augself_tf.evaluation.features.LoadedModel` (only its path and signature are used).
-      dataset: dataset spec.
-    """
-    from augself_tf.evaluation.datasets import linear_splits, split_train_val
-    from augself_tf.evaluation.report import make_record
-
-    c = evaluator.config
-    o = FinetuneOptions.from_dict(getattr(c, "analysis_options", None))
-    plan = linear_splits(evaluator.access, dataset)
-    key = c.label_key
-    xtr, ytr, itr = _images_labels(evaluator, dataset, plan.train, key)
-    xte, yte, _ = _images_labels(evaluator, dataset, plan.test, key)
-    if plan.val is not None:
-        xva, yva, _ = _images_labels(evaluator, dataset, plan.val, key)
-        val_src = f"split '{plan.val}'"
-    else:
-        ids = np.unique(itr)
-        _, val_ids = split_train_val(len(ids), plan.val_fraction, c.seed)
-        is_val = np.isin(itr, ids[val_ids])
-        xva, yva = xtr[is_val], ytr[is_val]
-        xtr, ytr = xtr[~is_val], ytr[~is_val]
-        val_src = f"{plan.val_fraction:.4g} of train (seed {c.seed})"
-    res = finetune_eval(
-        model.path, (xtr, ytr), (xva, yva), (xte, yte), o, seed=c.seed, input_name=model.input_name,
-        output_key=model.output_key, log=evaluator.log, strategy=getattr(c, "strategy", None),
-    )
-    return [make_record(
-        model=model.name, protocol="finetune", dataset=dataset, metric="top1_%", value=100.0 * res.mean,
-        ci95=100.0 * res.ci95, n_train=len(ytr) + len(yva), n_test=len(yte), seconds=res.seconds,
-        settings={
-            "image_size": c.image_size, "max_examples": c.max_examples, "seed": c.seed, "label_key": key,
-            "validation": val_src, **dataclasses.asdict(o), "best_alpha": res.best_alpha, "best_lr": res.best_lr,
-            "grid_alpha_lr_val": res.grid, "trials_%": [100.0 * a for a in res.trials],
-            "regulariser": "L2SP: alpha/2*||theta-theta0||^2 (backbone) + beta/2*||W||^2 (classifier weights)",
-            "batch_norm": res.batch_norm, "replicas": res.replicas,
-            "interval": "95% Student-t over trials",
-        },
-    )]

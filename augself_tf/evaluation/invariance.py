@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from augself_tf.evaluation.errors import EvalError
+from augself_tf.evaluation.intervals import normal_ci95
 from augself_tf.evaluation.retrieval import l2_normalize
 
 
@@ -58,7 +59,7 @@ def invariance_from_features(original: np.ndarray, views: list[np.ndarray]) -> I
     sims = np.concatenate([cosine_rows(v, original) for v in views])
     return InvarianceResult(
         mean=float(sims.mean()),
-        ci95=float(1.96 * sims.std() / np.sqrt(len(sims))),
+        ci95=normal_ci95(sims),
         samples=int(len(sims)),
         images=int(len(original)),
         views=len(views),

@@ -94,12 +94,6 @@ def save_records(records: Sequence[dict], path: str, *, merge: bool = True) -> l
     return out
 
 
-def load_records(path: str) -> list[dict]:
-    """Records of a results JSON."""
-    with open(path) as f:
-        return json.load(f)
-
-
 def format_value(metric: str, value: float | None, ci95: float | None = None) -> str:
     """Display a value in the paper's precision for its metric."""
     if value is None:

@@ -12,7 +12,9 @@ import tensorflow as tf
 _IMAGES = [tf.TensorSpec([None, None, None, 3], tf.float32, name="images")]
 
 
-class _FeatureExtractor(tf.Module):
+class _ServingBackbone(tf.Module):
+    # The exported module (serving_default, train_features); evaluation.extraction.FeatureExtractor is
+    # the unrelated reader that runs such exports over datasets.
     def __init__(self, backbone: keras.Model) -> None:
         super().__init__(name="augself_backbone")
         self.backbone = backbone
@@ -43,7 +45,7 @@ def export_backbone(backbone: keras.Model, path: str) -> str:
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
     tmp = os.path.join(parent, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex[:8]}")
-    module = _FeatureExtractor(backbone)
+    module = _ServingBackbone(backbone)
     tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
     old = None
     if os.path.exists(path):

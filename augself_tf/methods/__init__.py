@@ -1,4 +1,7 @@
-"""Pretraining methods. Each is one short file over `AugSelfModel`; register it here."""
+"""Pretraining methods: one short file per method over `AugSelfModel`, and one line per method in `METHODS`.
+
+How to add one: docs/architecture.md, "Adding a method".
+"""
 
 from __future__ import annotations
 

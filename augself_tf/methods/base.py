@@ -1,12 +1,17 @@
 """The one model class that owns the backbone, the AugSelf heads and the training step.
 
 A method (SimSiam, MoCo, ...) subclasses `AugSelfModel` and writes only its own heads in `__init__` and
-its loss in `method_loss` (or `method_forward` when view 2 does not go through the online backbone, as in
-MoCo). Everything else — both AugSelf orders, λ, cross-replica loss scaling, coupled L2 weight decay,
-mixed-precision loss scaling, constant-lr parameter groups, post-step updates — lives here.
+`build_heads`, and its loss in `method_loss` (or `method_forward` when view 2 does not go through the online
+backbone, as in MoCo). Everything else — both AugSelf orders, λ, cross-replica loss scaling, coupled L2
+weight decay, mixed-precision loss scaling, constant-lr parameter groups, post-step updates — lives here.
+docs/architecture.md ("Adding a method") walks through a new method.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any, ClassVar, NamedTuple
 
 import keras
 import tensorflow as tf
@@ -16,6 +21,50 @@ from augself_tf.augment.registry import AUGMENTATIONS
 from augself_tf.models.resnet import mlp
 
 AUGSELF_HIDDEN = 512
+
+
+@dataclasses.dataclass(frozen=True)
+class Forward:
+    """What `method_forward` computes on one (per-replica) batch.
+
+    Attributes:
+      f1, f2: the features of view 1 and view 2 that the AugSelf heads read.
+      loss: the method's own loss.
+      logs: scalars to log under their names.
+      aux: tensors `post_step` needs (MoCo's keys). They travel here, through the replica's own call,
+        because replicas run concurrently: a per-replica value stored on `self` would be overwritten.
+    """
+
+    f1: tf.Tensor
+    f2: tf.Tensor
+    loss: tf.Tensor
+    logs: dict[str, tf.Tensor] = dataclasses.field(default_factory=dict)
+    aux: dict[str, tf.Tensor] = dataclasses.field(default_factory=dict)
+
+
+class Losses(NamedTuple):
+    """`compute_losses`' result: the total loss, every scalar to log, and the forward pass behind them."""
+
+    total: tf.Tensor
+    logs: dict[str, tf.Tensor]
+    forward: Forward
+
+
+def declared_options(cls: type) -> dict[str, tuple[Any, str]]:
+    """{name: (default, help)} of the `option_help` names, each default read from `cls.__init__`'s signature.
+
+    Raises:
+      TypeError: an `option_help` name that is not a keyword argument with a default of `cls.__init__`.
+    """
+    parameters = inspect.signature(cls.__init__).parameters
+    options = {}
+    for name, help_text in cls.option_help.items():
+        parameter = parameters.get(name)
+        if parameter is None or parameter.default is inspect.Parameter.empty:
+            raise TypeError(f"{cls.__name__}.option_help lists '{name}', which is not a keyword argument with a "
+                            f"default of {cls.__name__}.__init__")
+        options[name] = (parameter.default, help_text)
+    return options
 
 
 class AugSelfModel(keras.Model):
@@ -33,10 +82,16 @@ class AugSelfModel(keras.Model):
     """
 
     method_name = "none"
-    #: constructor options exposed as train_main flags: name -> (default, help).
-    options: dict[str, tuple] = {}
+    #: help text of each constructor argument exposed as a train_main flag; the default is the signature's.
+    option_help: ClassVar[dict[str, str]] = {}
+    #: name -> (default, help) of those flags, derived from `option_help` and `__init__` for every subclass.
+    options: ClassVar[dict[str, tuple[Any, str]]] = {}
     #: whether the method's loss needs class labels in the batch (supervised pretraining).
     needs_labels = False
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.options = declared_options(cls)
 
     def __init__(
         self,
@@ -77,19 +132,15 @@ class AugSelfModel(keras.Model):
         del f1, f2, batch, training
         return tf.constant(0.0), {}
 
-    def method_forward(self, batch: dict, training: bool) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, dict]:
-        """Returns (f(v1), f(v2), method loss, logs). Override when view 2 uses another encoder.
-
-        Log entries whose name starts with "_" are not logged: they carry tensors to `post_step` (replicas
-        run concurrently, so per-replica values must never be stored on `self`).
-        """
+    def method_forward(self, batch: dict, training: bool) -> Forward:
+        """Both views through the backbone, then `method_loss`. Override when view 2 uses another encoder."""
         f1 = self.backbone(batch["view1"], training=training)
         f2 = self.backbone(batch["view2"], training=training)
         loss, logs = self.method_loss(f1, f2, batch, training)
-        return f1, f2, loss, logs
+        return Forward(f1, f2, loss, logs)
 
-    def build_method(self, feature_dim: int) -> None:
-        """Builds the method's own layers (so the optimizer sees every variable before step 1)."""
+    def build_heads(self, feature_dim: int) -> None:
+        """Creates the variables of the method's own layers (so the optimizer sees every one before step 1)."""
         del feature_dim
 
     def constant_lr_variables(self) -> list[tf.Variable]:
@@ -105,10 +156,10 @@ class AugSelfModel(keras.Model):
         excluded = {id(v) for v in self.target_variables()}
         return [v for v in self.trainable_variables if id(v) not in excluded]
 
-    def post_step(self, batch: dict, aux: dict) -> None:
-        """Runs after the optimizer step inside the replica (EMA targets, queues); `aux` holds the "_"
-        entries of `method_forward`'s logs."""
-        del batch, aux
+    def post_step(self, batch: dict, forward: Forward) -> None:
+        """Runs after the optimizer step inside the replica (EMA targets, queues); `forward` is this
+        replica's `method_forward` result."""
+        del batch, forward
 
     # ----------------------------------------------------------------- AugSelf
     def augself_loss(
@@ -136,27 +187,28 @@ class AugSelfModel(keras.Model):
         """Creates every variable (backbone, method heads, AugSelf heads) before training starts."""
         x = tf.zeros([2, image_size, image_size, 3])
         f = self.backbone(x, training=False)
-        self.build_method(self.feature_dim)
+        self.build_heads(self.feature_dim)
         for head in self.augself_heads.values():
             head(tf.zeros([2, 2 * self.feature_dim]), training=False)
         del f
         self.built = True
 
-    def compute_losses(self, batch: dict, training: bool = True) -> tuple[tf.Tensor, dict]:
-        """Total loss and a dict of scalar logs for one (per-replica) batch."""
+    def compute_losses(self, batch: dict, training: bool = True) -> Losses:
+        """Total loss, a dict of scalar logs and the forward pass, for one (per-replica) batch."""
         batch = finish_views(batch, self.augment_config)
-        f1, f2, method_loss, logs = self.method_forward(batch, training)
-        aug_loss, aug_logs = self.augself_loss(f1, f2, batch["omega1"], batch["omega2"], training)
-        total = method_loss + self.augself_weight * aug_loss
-        logs = {"loss/total": total, "loss/method": method_loss, "loss/augself": aug_loss, **logs, **aug_logs}
-        return total, logs
+        forward = self.method_forward(batch, training)
+        aug_loss, aug_logs = self.augself_loss(forward.f1, forward.f2, batch["omega1"], batch["omega2"], training)
+        total = forward.loss + self.augself_weight * aug_loss
+        logs = {"loss/total": total, "loss/method": forward.loss, "loss/augself": aug_loss, **forward.logs,
+                **aug_logs}
+        return Losses(total, logs, forward)
 
     def train_step(self, batch: dict) -> dict:
         """One optimizer step on a per-replica batch; returns per-replica scalar logs."""
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
         variables = self.optimized_variables()
         with tf.GradientTape() as tape:
-            total, logs = self.compute_losses(batch, training=True)
+            total, logs, forward = self.compute_losses(batch, training=True)
             # Gradients are all-reduced by SUM across replicas, so each replica contributes 1/R.
             scaled = total / replicas
             scaled = self.optimizer.scale_loss(scaled)
@@ -183,7 +235,6 @@ class AugSelfModel(keras.Model):
                 g = g * tf.cast(lr_ratio, g.dtype)
             new_grads.append(g)
         self.optimizer.apply(new_grads, variables)
-        aux = {k: logs.pop(k) for k in list(logs) if k.startswith("_")}
-        self.post_step(batch, aux)
+        self.post_step(batch, forward)
         logs["lr"] = lr
         return logs

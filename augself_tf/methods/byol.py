@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import math
 
-import keras
 import tensorflow as tf
 
 from augself_tf.methods.base import AugSelfModel
+from augself_tf.methods.momentum import MomentumEncoder
 from augself_tf.models.resnet import mlp
 
 
@@ -47,11 +47,11 @@ class BYOL(AugSelfModel):
     """
 
     method_name = "byol"
-    options = {
-        "projector_hidden": (4096, "Projector hidden size (BYOL: 4096)"),
-        "projector_dim": (256, "Projector output size"),
-        "predictor_hidden": (4096, "Predictor hidden size (BYOL: 4096)"),
-        "target_momentum": (0.996, "BYOL base EMA τ, raised to 1 on a cosine schedule"),
+    option_help = {
+        "projector_hidden": "Projector hidden size (BYOL: 4096)",
+        "projector_dim": "Projector output size",
+        "predictor_hidden": "Predictor hidden size (BYOL: 4096)",
+        "target_momentum": "BYOL base EMA τ, raised to 1 on a cosine schedule",
     }
 
     def __init__(self, backbone, *, projector_hidden: int = 4096, projector_dim: int = 256,
@@ -63,24 +63,17 @@ class BYOL(AugSelfModel):
         sync = self.synchronized_bn
         self.projector = mlp([projector_hidden, projector_dim], synchronized_bn=sync, name="projector")
         self.predictor = mlp([predictor_hidden, projector_dim], synchronized_bn=sync, name="predictor")
-        self.target_backbone = keras.models.clone_model(backbone)
-        self.target_projector = mlp([projector_hidden, projector_dim], synchronized_bn=sync,
-                                    name="target_projector")
+        self.target_encoder = MomentumEncoder(backbone, [projector_hidden, projector_dim], synchronized_bn=sync,
+                                              name="target")
+        # Keeps the checkpoint keys model/target_backbone/... of runs saved before the shared encoder: they restore.
+        self.target_backbone, self.target_projector = self.target_encoder.backbone, self.target_encoder.projector
 
-    def build_method(self, feature_dim: int) -> None:
+    def build_heads(self, feature_dim: int) -> None:
         self.predictor(self.projector(tf.zeros([2, feature_dim])))
-        self.target_projector(tf.zeros([2, feature_dim]))
-        self.target_backbone(tf.zeros([2, 8, 8, 3]))
-        for online, target in self._encoder_pairs():
-            target.assign(online)
+        self.target_encoder.initialize(self.backbone, self.projector, feature_dim)
 
     def target_variables(self) -> list[tf.Variable]:
-        return self.target_backbone.trainable_variables + self.target_projector.trainable_variables
-
-    def _encoder_pairs(self) -> list[tuple[tf.Variable, tf.Variable]]:
-        online = self.backbone.weights + self.projector.weights
-        target = self.target_backbone.weights + self.target_projector.weights
-        return list(zip(online, target, strict=True))
+        return self.target_encoder.trainable_variables
 
     def current_tau(self) -> tf.Tensor:
         """τ for the update after the step just taken (call after `optimizer.apply`)."""
@@ -90,8 +83,8 @@ class BYOL(AugSelfModel):
     def method_loss(self, f1, f2, batch, training):
         p1 = self.predictor(self.projector(f1, training=training), training=training)
         p2 = self.predictor(self.projector(f2, training=training), training=training)
-        t1 = self.target_projector(self.target_backbone(batch["view1"], training=training), training=training)
-        t2 = self.target_projector(self.target_backbone(batch["view2"], training=training), training=training)
+        _, t1 = self.target_encoder.encode(batch["view1"], training=training)
+        _, t2 = self.target_encoder.encode(batch["view2"], training=training)
         loss = byol_regression(p1, t2) + byol_regression(p2, t1)
         if getattr(self, "optimizer", None) is None:  # called outside training (tests, evaluation)
             return loss, {}
@@ -99,9 +92,5 @@ class BYOL(AugSelfModel):
         tau = cosine_tau(tf.cast(self.optimizer.iterations, tf.float32), self.total_steps, self.target_momentum)
         return loss, {"byol/tau": tau}
 
-    def post_step(self, batch, aux):
-        tau = self.current_tau()
-        for online, target in self._encoder_pairs():
-            if online.trainable:
-                t = tf.cast(tau, target.dtype)
-                target.assign(t * target + (1.0 - t) * online)
+    def post_step(self, batch, forward):
+        self.target_encoder.update(self.backbone, self.projector, self.current_tau())

@@ -11,7 +11,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from augself_tf.methods.base import AugSelfModel
+from augself_tf.methods.base import AugSelfModel, Forward
+from augself_tf.methods.momentum import MomentumEncoder
 from augself_tf.models.resnet import mlp
 
 
@@ -28,12 +29,12 @@ class MoCo(AugSelfModel):
     """MoCo v2 with projector d→hidden→out (BN in the hidden layer), momentum m, queue of K keys."""
 
     method_name = "moco"
-    options = {
-        "projector_hidden": (512, "Projector hidden size (paper: 512 STL10; 2048 MoCo ImageNet100)"),
-        "projector_dim": (128, "Projector output size"),
-        "temperature": (0.2, "Softmax temperature of the contrastive loss"),
-        "key_momentum": (0.999, "MoCo key-encoder EMA momentum"),
-        "queue_size": (65536, "MoCo queue length (keys)"),
+    option_help = {
+        "projector_hidden": "Projector hidden size (paper: 512 STL10; 2048 MoCo ImageNet100)",
+        "projector_dim": "Projector output size",
+        "temperature": "Softmax temperature of the contrastive loss",
+        "key_momentum": "MoCo key-encoder EMA momentum",
+        "queue_size": "MoCo queue length (keys)",
     }
 
     def __init__(self, backbone, *, projector_hidden: int = 512, projector_dim: int = 128,
@@ -41,21 +42,20 @@ class MoCo(AugSelfModel):
                  **kwargs) -> None:
         super().__init__(backbone, **kwargs)
         self.temperature = temperature
-        self.momentum = key_momentum
+        self.key_momentum = key_momentum
         self.queue_size = queue_size
-        self.proj_dim = projector_dim
+        self.projector_dim = projector_dim
         sync = self.synchronized_bn
         self.projector = mlp([projector_hidden, projector_dim], synchronized_bn=sync, name="projector")
-        self.key_backbone = keras.models.clone_model(backbone)
-        self.key_projector = mlp([projector_hidden, projector_dim], synchronized_bn=sync, name="key_projector")
+        self.key_encoder = MomentumEncoder(backbone, [projector_hidden, projector_dim], synchronized_bn=sync,
+                                           name="key")
+        # Keeps the checkpoint keys model/key_backbone/... of runs saved before the shared encoder: they restore.
+        self.key_backbone, self.key_projector = self.key_encoder.backbone, self.key_encoder.projector
 
-    def build_method(self, feature_dim: int) -> None:
+    def build_heads(self, feature_dim: int) -> None:
         self.projector(tf.zeros([2, feature_dim]))
-        self.key_projector(tf.zeros([2, feature_dim]))
-        self.key_backbone(tf.zeros([2, 8, 8, 3]))
-        for online, key in self._encoder_pairs():
-            key.assign(online)
-        init = tf.math.l2_normalize(tf.random.stateless_normal([self.queue_size, self.proj_dim], [7, 7]), -1)
+        self.key_encoder.initialize(self.backbone, self.projector, feature_dim)
+        init = tf.math.l2_normalize(tf.random.stateless_normal([self.queue_size, self.projector_dim], [7, 7]), -1)
         # Identical on every replica: each replica writes the same gathered keys.
         self.queue = self.add_weight(shape=init.shape, initializer=keras.initializers.Constant(init.numpy()),
                                      trainable=False, name="queue", aggregation="only_first_replica",
@@ -63,29 +63,21 @@ class MoCo(AugSelfModel):
         self.queue_ptr = self.add_weight(shape=(), dtype="int32", initializer="zeros", trainable=False,
                                          name="queue_ptr", aggregation="only_first_replica")
 
-    def target_variables(self):
-        return self.key_backbone.trainable_variables + self.key_projector.trainable_variables
-
-    def _encoder_pairs(self):
-        online = self.backbone.weights + self.projector.weights
-        key = self.key_backbone.weights + self.key_projector.weights
-        return list(zip(online, key, strict=True))
+    def target_variables(self) -> list[tf.Variable]:
+        return self.key_encoder.trainable_variables
 
     def method_forward(self, batch, training):
         f1 = self.backbone(batch["view1"], training=training)
         q = tf.math.l2_normalize(tf.cast(self.projector(f1, training=training), tf.float32), -1)
-        f2 = tf.stop_gradient(self.key_backbone(batch["view2"], training=training))
-        k = tf.math.l2_normalize(tf.cast(self.key_projector(f2, training=training), tf.float32), -1)
-        k = tf.stop_gradient(k)
+        f2, k = self.key_encoder.encode(batch["view2"], training=training)
+        f2 = tf.stop_gradient(f2)
+        k = tf.stop_gradient(tf.math.l2_normalize(tf.cast(k, tf.float32), -1))
         loss = info_nce(q, k, tf.convert_to_tensor(self.queue), self.temperature)
-        return f1, f2, loss, {"_keys": k}
+        return Forward(f1, f2, loss, aux={"keys": k})
 
-    def post_step(self, batch, aux):
-        m = self.momentum
-        for online, key in self._encoder_pairs():
-            if online.trainable:
-                key.assign(m * key + (1.0 - m) * online)
-        keys = tf.distribute.get_replica_context().all_gather(aux["_keys"], axis=0)
+    def post_step(self, batch, forward):
+        self.key_encoder.update(self.backbone, self.projector, self.key_momentum)
+        keys = tf.distribute.get_replica_context().all_gather(forward.aux["keys"], axis=0)
         n = tf.shape(keys)[0]
         idx = (tf.cast(self.queue_ptr, tf.int32) + tf.range(n)) % self.queue_size
         # In place: rewriting the whole 65536×128 queue every step costs more than the keys themselves.

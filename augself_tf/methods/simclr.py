@@ -51,10 +51,10 @@ class SimCLR(AugSelfModel):
     """Projector d→512→128 (BN+ReLU hidden, no BN at the end) and the cross-replica NT-Xent loss."""
 
     method_name = "simclr"
-    options = {
-        "projector_hidden": (512, "Projector hidden size (SimCLR on STL10: 512)"),
-        "projector_dim": (128, "Projector output size"),
-        "temperature": (0.2, "Softmax temperature of the contrastive loss"),
+    option_help = {
+        "projector_hidden": "Projector hidden size (SimCLR on STL10: 512)",
+        "projector_dim": "Projector output size",
+        "temperature": "Softmax temperature of the contrastive loss",
     }
 
     def __init__(self, backbone, *, projector_hidden: int = 512, projector_dim: int = 128,
@@ -64,7 +64,7 @@ class SimCLR(AugSelfModel):
         self.projector = mlp([projector_hidden, projector_dim], synchronized_bn=self.synchronized_bn,
                              name="projector")
 
-    def build_method(self, feature_dim: int) -> None:
+    def build_heads(self, feature_dim: int) -> None:
         self.projector(tf.zeros([2, feature_dim]))
 
     def method_loss(self, f1, f2, batch, training):

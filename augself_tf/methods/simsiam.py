@@ -24,10 +24,10 @@ class SimSiam(AugSelfModel):
     """
 
     method_name = "simsiam"
-    options = {
-        "projector_layers": (2, "SimSiam projector depth (paper: 2 on STL10, 3 on ImageNet100)"),
-        "projector_dim": (2048, "Projector output size"),
-        "predictor_hidden": (512, "SimSiam predictor hidden size"),
+    option_help = {
+        "projector_layers": "SimSiam projector depth (paper: 2 on STL10, 3 on ImageNet100)",
+        "projector_dim": "Projector output size",
+        "predictor_hidden": "SimSiam predictor hidden size",
     }
 
     def __init__(self, backbone, *, projector_layers: int = 2, projector_dim: int = 2048,
@@ -37,7 +37,7 @@ class SimSiam(AugSelfModel):
         self.projector = mlp([projector_dim] * projector_layers, last_bn=True, synchronized_bn=sync, name="projector")
         self.predictor = mlp([predictor_hidden, projector_dim], synchronized_bn=sync, name="predictor")
 
-    def build_method(self, feature_dim: int) -> None:
+    def build_heads(self, feature_dim: int) -> None:
         self.predictor(self.projector(tf.zeros([2, feature_dim])))
 
     def constant_lr_variables(self) -> list[tf.Variable]:

@@ -28,7 +28,6 @@ class Supervised(AugSelfModel):
 
     method_name = "supervised"
     needs_labels = True
-    options: dict[str, tuple] = {}
 
     def __init__(self, backbone, *, num_classes: int, **kwargs) -> None:
         super().__init__(backbone, **kwargs)
@@ -37,7 +36,7 @@ class Supervised(AugSelfModel):
         self.num_classes = int(num_classes)
         self.classifier = Linear(self.num_classes, name="classifier")
 
-    def build_method(self, feature_dim: int) -> None:
+    def build_heads(self, feature_dim: int) -> None:
         self.classifier(tf.zeros([2, feature_dim]))
 
     def method_loss(self, f1, f2, batch, training):

@@ -70,14 +70,14 @@ class SwAV(AugSelfModel):
     """
 
     method_name = "swav"
-    options = {
-        "projector_hidden": (2048, "Projector hidden size (SwAV on STL10: 2048)"),
-        "projector_dim": (128, "Projector output size"),
-        "num_prototypes": (100, "SwAV prototypes"),
-        "sinkhorn_epsilon": (0.05, "SwAV Sinkhorn-Knopp ε"),
-        "sinkhorn_iterations": (3, "SwAV Sinkhorn-Knopp iterations"),
-        "temperature": (0.1, "Softmax temperature (SwAV: 0.1)"),
-        "freeze_prototypes_steps": (-1, "SwAV: steps with frozen prototypes (-1 = the first epoch)"),
+    option_help = {
+        "projector_hidden": "Projector hidden size (SwAV on STL10: 2048)",
+        "projector_dim": "Projector output size",
+        "num_prototypes": "SwAV prototypes",
+        "sinkhorn_epsilon": "SwAV Sinkhorn-Knopp ε",
+        "sinkhorn_iterations": "SwAV Sinkhorn-Knopp iterations",
+        "temperature": "Softmax temperature (SwAV: 0.1)",
+        "freeze_prototypes_steps": "SwAV: steps with frozen prototypes (-1 = the first epoch)",
     }
 
     def __init__(self, backbone, *, projector_hidden: int = 2048, projector_dim: int = 128,
@@ -95,7 +95,7 @@ class SwAV(AugSelfModel):
                              name="projector")
         self.prototypes = Linear(num_prototypes, use_bias=False, name="prototypes")
 
-    def build_method(self, feature_dim: int) -> None:
+    def build_heads(self, feature_dim: int) -> None:
         self.prototypes(self.projector(tf.zeros([2, feature_dim])))
         self.normalize_prototypes()
 

@@ -8,12 +8,11 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 
 import keras
 import tensorflow as tf
 
-from augself_tf.augment import PHOTOMETRIC_MODES, AugmentConfig, finish_views
+from augself_tf.augment import PHOTOMETRIC_MODES, finish_views
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source, source_info
 from augself_tf.export.saved_model import export_backbone
@@ -22,7 +21,9 @@ from augself_tf.methods.base import AugSelfModel
 from augself_tf.models.resnet import build_backbone
 from augself_tf.progress import MAX_LINE_LINES, Progress
 from augself_tf.training import summaries
+from augself_tf.training.config import TrainConfig
 from augself_tf.training.determinism import make_deterministic
+from augself_tf.training.hparams import write_run_hparams
 from augself_tf.training.monitors import build_monitors, plan_monitors
 from augself_tf.training.optim import build_optimizer, scaled_learning_rate
 from augself_tf.training.strategy import is_chief, make_strategy
@@ -30,63 +31,6 @@ from augself_tf.training.strategy import is_chief, make_strategy
 
 class NonFiniteLossError(RuntimeError):
     """Raised when a step produced a NaN or Inf loss; the last good checkpoint is kept."""
-
-
-@dataclasses.dataclass
-class TrainConfig:
-    """Everything one pretraining run needs (train_main.py fills it from flags)."""
-
-    method: str = "moco"
-    augself: tuple[str, ...] = ("crop", "color")
-    augself_weight: float = 1.0
-    dataset: str = "shapes"
-    split: str = "train"
-    data_dir: str | None = None
-    backbone: str = "resnet18"
-    width: float = 1.0
-    augment: AugmentConfig = dataclasses.field(default_factory=AugmentConfig)
-    batch_size: int = 256
-    epochs: int = 200
-    max_steps: int | None = None
-    lr: float = 0.03
-    weight_decay: float = 5e-4
-    seed: int = 0
-    model_dir: str = "runs/default"
-    strategy: str = "auto"
-    cpu_replicas: int = 1
-    mixed_precision: str | None = None
-    jit_compile: bool = False
-    deterministic: bool = False  # bit-identical reruns and resumes on CPU (one thread per op; slower)
-    photometric: str = "auto"  # host | device | auto (device when a GPU or TPU is visible)
-    method_options: dict = dataclasses.field(default_factory=dict)
-    log_every: int = 10
-    checkpoint_every: int = 0  # steps; 0 = at the end of every epoch
-    keep_checkpoints: int = 3
-    shuffle_buffer: int = 10_000
-    cache_source: bool | None = None  # None: cache the embedded data only
-    verbose: int = 1
-    export: bool = True
-    on_step: Callable[[int], None] | None = None  # called after each step (tests use it to interrupt)
-    # --- online monitors (augself_tf/training/monitors.py, docs/monitors.md) ---
-    # "none" here keeps library callers unchanged; train_main's --monitor defaults to "auto".
-    monitor: str = dataclasses.field(default="none", metadata={"help": (
-        "Online transfer monitors: 'auto' (kNN on the class label, plus kNN on the colour label where the data "
-        "has one, else the colour-permutation kNN), 'none', or a comma list of knn, knn:LABEL, colorperm.")})
-    monitor_every: int = dataclasses.field(default=2, metadata={"help": (
-        "Run the monitors every N epochs (and before the first step and after the last).")})
-    monitor_dataset: str | None = dataclasses.field(default=None, metadata={"help": (
-        "Labelled dataset the monitors read (default: the pretraining --dataset).")})
-    monitor_splits: str | None = dataclasses.field(default=None, metadata={"help": (
-        "BANK,QUERY splits of the monitor data (default: train and the first of test/validation/val).")})
-    monitor_bank_size: int | None = dataclasses.field(default=None, metadata={"help": (
-        "Labelled bank images the kNN monitors search, the first N of the bank split (default: 20% of the "
-        "pretraining split's size, at most 5000).")})
-    monitor_query_size: int | None = dataclasses.field(default=None, metadata={"help": (
-        "Query images the kNN monitors classify, the first N of the query split (default: 10% of the "
-        "pretraining split's size, at most 1000).")})
-    monitor_k: int = dataclasses.field(default=200, metadata={"help": "Neighbours of the kNN monitors."})
-    monitor_temperature: float = dataclasses.field(default=0.1, metadata={"help": (
-        "Temperature of the kNN monitors' vote weights exp(cosine / T).")})
 
 
 @dataclasses.dataclass
@@ -191,7 +135,8 @@ def train(cfg: TrainConfig) -> TrainResult:
     if cfg.deterministic:
         make_deterministic()
     strategy = make_strategy(cfg.strategy, cfg.cpu_replicas)
-    cfg = dataclasses.replace(cfg, photometric=resolve_photometric(cfg.photometric))
+    cfg = dataclasses.replace(cfg, photometric=resolve_photometric(cfg.photometric),
+                              model_dir=cfg.resolved_model_dir())
     replicas = strategy.num_replicas_in_sync
     if cfg.batch_size % replicas:
         raise ValueError(f"global batch size {cfg.batch_size} is not divisible by the {replicas} replicas")
@@ -201,10 +146,7 @@ def train(cfg: TrainConfig) -> TrainResult:
     if cfg.mixed_precision:
         keras.mixed_precision.set_global_policy(f"mixed_{cfg.mixed_precision}")
     chief = is_chief(strategy)
-    keras.utils.set_random_seed(cfg.seed)  # Keras initialisers draw from this
-    # Everything random in the input is stateless and seeded explicitly; TF's global seed must stay unset
-    # because tf.data's shuffle cannot take a per-epoch tensor seed when the global seed is 0.
-    tf.random.set_seed(None)
+    keras.utils.set_random_seed(cfg.seed)  # Keras initialisers draw from this; the input is seeded by cfg.seed
 
     info = source_info(cfg.dataset, cfg.split, data_dir=cfg.data_dir)
     if not info.num_examples:
@@ -277,6 +219,8 @@ def train(cfg: TrainConfig) -> TrainResult:
             )
 
     writer = summaries.make_writer(tb_dir if chief else None)
+    if writer is not None and step == 0:  # once per run: a resumed run is the same HParams session
+        write_run_hparams(writer, cfg, trial_id=os.path.basename(model_dir))
     _log(cfg, summaries.describe_run(cfg, replicas, info.num_examples, steps_per_epoch, total_steps,
                                      cfg.photometric))  # resolved at the top of train()
     # In a log file: about 50 lines per run, each on a logging step so its losses are fresh.

@@ -23,11 +23,11 @@ import numpy as np
 import tensorflow as tf
 
 from augself_tf.data.sources import SourceInfo, load_source, source_info
-from augself_tf.evaluation.features import CHANNEL_PERMUTATIONS, preprocess
+from augself_tf.evaluation.preprocessing import CHANNEL_PERMUTATIONS, preprocess
 from augself_tf.training.knn import weighted_knn_accuracy
 
 if TYPE_CHECKING:
-    from augself_tf.training.loop import TrainConfig
+    from augself_tf.training.config import TrainConfig
 
 QUERY_SPLITS = ("test", "validation", "val")  # the first one a source has is the default query split
 PERMUTATION = "permutation"  # the label colorperm predicts: index into CHANNEL_PERMUTATIONS

@@ -1,4 +1,4 @@
-"""Linear evaluation: ℓ2-regularised multinomial logistic regression on frozen features, by L-BFGS.
+"""ℓ2-regularised multinomial logistic regression by L-BFGS, and the regularisation sweep of the linear probe.
 
 The paper's protocol (appendix "Evaluation protocol", after Kornblith et al. 2019): 45 log-spaced
 regularisation values in [1e-6, 1e5], each fitted by L-BFGS (at most 5000 iterations) warm-started from
@@ -35,6 +35,7 @@ import dataclasses
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.optimize
@@ -42,10 +43,6 @@ from threadpoolctl import ThreadpoolController
 
 #: The paper's sweep: 45 logarithmically spaced values from 1e-6 to 1e5.
 REG_GRID: np.ndarray = np.logspace(-6.0, 5.0, 45)
-#: Datasets whose paper metric is mean per-class accuracy (tfds names and common aliases).
-MEAN_PER_CLASS_DATASETS: frozenset[str] = frozenset(
-    {"oxford_iiit_pet", "pets", "oxford_flowers102", "flowers", "caltech101", "aircraft", "fgvc_aircraft"}
-)
 BACKENDS: tuple[str, ...] = ("auto", "numpy", "tf", "sklearn")
 DEFAULT_BACKEND = "auto"
 #: n·d·k from which "auto" uses the TF objective (numpy is faster below: 0.4 vs 4.5 ms at 1000×128×5).
@@ -106,17 +103,6 @@ METRICS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
     "top1": top1_accuracy,
     "mean_per_class": mean_per_class_accuracy,
 }
-
-
-def metric_for_dataset(dataset: str, requested: str = "auto") -> str:
-    """The paper's metric for ``dataset`` ("top1" or "mean_per_class") unless ``requested`` names one."""
-    if requested != "auto":
-        if requested not in METRICS:
-            raise ValueError(f"unknown linear metric {requested!r}: use auto, {', '.join(METRICS)}")
-        return requested
-    name = dataset.split(":", 1)[-1].rstrip("/").split("/")[-1].lower() if dataset else ""
-    base = dataset.lower().split("/")[0]
-    return "mean_per_class" if (base in MEAN_PER_CLASS_DATASETS or name in MEAN_PER_CLASS_DATASETS) else "top1"
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -392,25 +378,13 @@ class LogRegFitter:
 
 
 def fit_logreg(
-    x: np.ndarray,
-    y: np.ndarray,
-    reg: float,
-    *,
-    init: LogRegModel | None = None,
-    classes: np.ndarray | None = None,
-    backend: str = DEFAULT_BACKEND,
-    max_iter: int = MAX_ITER,
-    gtol: float = DEFAULT_GTOL,
-    ftol: float = DEFAULT_FTOL,
-    penalize_bias: bool = False,
-    center: bool = True,
+    x: np.ndarray, y: np.ndarray, reg: float, *, init: LogRegModel | None = None, **fitter_options: Any
 ) -> LogRegModel:
-    """Fit one ℓ2-regularised multinomial logistic regression (``reg`` as in the module docstring)."""
-    fitter = LogRegFitter(
-        x, y, classes=classes, backend=backend, max_iter=max_iter, gtol=gtol, ftol=ftol,
-        penalize_bias=penalize_bias, center=center,
-    )
-    return fitter.fit(reg, init=init)
+    """Fit one ℓ2-regularised multinomial logistic regression (``reg`` as in the module docstring).
+
+    ``fitter_options`` are :class:`LogRegFitter`'s keyword arguments (classes, backend, max_iter, gtol, ...).
+    """
+    return LogRegFitter(x, y, **fitter_options).fit(reg, init=init)
 
 
 @dataclasses.dataclass

@@ -1,17 +1,23 @@
-"""Tiny SavedModels and data for testing the evaluation code (no training, no files besides the model).
+"""Test fakes of the evaluation code: tiny SavedModels, in-memory data sources, synthetic images.
 
 * :func:`save_random_conv_model` — a fixed random 3×3 conv + ReLU + global mean/max pooling.
 * :func:`save_oracle_color_model` — per-channel mean and std of the image (knows colour and channel order).
 * :func:`save_oracle_box_model` — the bounding box of the bright pixels (knows where the object is).
 * :func:`rectangle_images` — black images with one bright rectangle and its box, for the box oracle.
+* :class:`MemorySources` — in-memory arrays served as dataset splits.
 
 All models follow the export contract: ``serving_default(images: float32 [N, H, W, 3]) -> {"features"}``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import tensorflow as tf
+
+from augself_tf.evaluation.datasets import DataAccess
+from augself_tf.evaluation.errors import EvalError
 
 _SIG = [tf.TensorSpec([None, None, None, 3], tf.float32, name="images")]
 
@@ -91,3 +97,34 @@ def rectangle_images(n: int, size: int = 32, seed: int = 0) -> dict[str, np.ndar
         labels[i] = 2 * int(y0 + h / 2 >= size / 2) + int(x0 + w / 2 >= size / 2)
         colors[i] = c
     return {"image": images, "bbox": boxes, "label": labels, "color": colors}
+
+
+class MemorySources(DataAccess):
+    """In-memory sources for tests and small experiments: ``{spec: {split: {key: array}}}``."""
+
+    def __init__(self, data: Mapping[str, Mapping[str, Mapping[str, np.ndarray]]]):
+        super().__init__(None)
+        self.data = data
+
+    def load(self, spec: str, split: str) -> tf.data.Dataset:
+        """Example dicts of one split; ``a+b`` joins splits."""
+        if spec not in self.data:
+            raise EvalError(f"unknown dataset {spec!r}")
+        parts = [p.strip() for p in split.split("+")]
+        arrays = []
+        for p in parts:
+            if p == "all" and "all" not in self.data[spec]:
+                arrays.extend(self.data[spec].values())
+            elif p in self.data[spec]:
+                arrays.append(self.data[spec][p])
+            else:
+                raise EvalError(f"unknown split {p!r} for dataset {spec!r}")
+        keys = arrays[0].keys()
+        merged = {k: np.concatenate([a[k] for a in arrays]) for k in keys}
+        return tf.data.Dataset.from_tensor_slices(merged)
+
+    def splits(self, spec: str) -> tuple[str, ...]:
+        """The split names given for ``spec``."""
+        if spec not in self.data:
+            raise EvalError(f"unknown dataset {spec!r}")
+        return tuple(self.data[spec])

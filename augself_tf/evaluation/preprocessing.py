@@ -1,0 +1,138 @@
+"""The evaluation view of an image, and the transforms the probes apply to it.
+
+Preprocessing is the paper's (appendix "Evaluation protocol"): resize the shorter side to S (bicubic,
+antialiased, as torchvision's ``Resize(S, BICUBIC)``), centre-crop S×S, float32 in [0, 1]. Boxes
+(``bbox``: ymin, xmin, ymax, xmax fractions of the original image) are re-expressed in the frame of the
+crop the model sees (clipped to it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import tensorflow as tf
+
+
+def to_float_rgb_over_255(image: tf.Tensor) -> tf.Tensor:
+    """Image [H, W(, C)] -> float32 [H, W, 3]: integers divided by 255 (whatever their dtype), floats kept.
+
+    Floats are not clipped here (:func:`preprocess` clips after resizing); gray is replicated and alpha
+    dropped. Unlike ``augment.ops.to_float_rgb``, which scales integers by their dtype's maximum and
+    clips floats first: both give the same uint8 → [0, 1] mapping up to float rounding, but they are kept
+    apart because merging them would move the last bits of recorded eval figures.
+    """
+    image = tf.convert_to_tensor(image)
+    if image.shape.rank == 2:
+        image = image[..., None]
+    if image.dtype.is_integer:
+        image = tf.cast(image, tf.float32) / 255.0
+    else:
+        image = tf.cast(image, tf.float32)
+    channels = image.shape[-1]
+    if channels == 1:
+        image = tf.tile(image, [1, 1, 3])
+    elif channels == 2:
+        image = tf.tile(image[..., :1], [1, 1, 3])
+    elif channels == 4:
+        image = image[..., :3]
+    elif channels is None:
+        c = tf.shape(image)[-1]
+        image = tf.cond(c >= 3, lambda: image[..., :3], lambda: tf.tile(image[..., :1], [1, 1, 3]))
+    return image
+
+
+def center_crop_geometry(height: tf.Tensor, width: tf.Tensor, size: int) -> tuple[tf.Tensor, ...]:
+    """torchvision ``Resize(size)`` + ``CenterCrop(size)`` geometry.
+
+    Returns:
+      (new_h, new_w, top, left) — the resized shape (shorter side = size, longer side truncated as in
+      torchvision) and the crop offset in the resized image.
+    """
+    h = tf.cast(height, tf.float64)
+    w = tf.cast(width, tf.float64)
+    s = tf.constant(float(size), tf.float64)
+    new_h = tf.where(h <= w, s, tf.floor(s * h / w))
+    new_w = tf.where(h <= w, tf.floor(s * w / h), s)
+    new_h = tf.cast(tf.maximum(new_h, s), tf.int32)
+    new_w = tf.cast(tf.maximum(new_w, s), tf.int32)
+    top = tf.cast(tf.round(tf.cast(new_h - size, tf.float64) / 2.0), tf.int32)
+    left = tf.cast(tf.round(tf.cast(new_w - size, tf.float64) / 2.0), tf.int32)
+    return new_h, new_w, top, left
+
+
+def preprocess(image: tf.Tensor, size: int) -> tf.Tensor:
+    """The eval view: shorter side resized to ``size`` (bicubic, antialiased), centre crop size×size.
+
+    Args:
+      image: one image [H, W(, C)], uint8 or float in [0, 1].
+      size: output side S.
+
+    Returns:
+      float32 [S, S, 3] in [0, 1].
+    """
+    image = to_float_rgb_over_255(image)
+    shape = tf.shape(image)
+    new_h, new_w, top, left = center_crop_geometry(shape[0], shape[1], size)
+    same = tf.logical_and(tf.equal(new_h, shape[0]), tf.equal(new_w, shape[1]))
+    resized = tf.cond(
+        same,
+        lambda: image,
+        lambda: tf.image.resize(image, tf.stack([new_h, new_w]), method="bicubic", antialias=True),
+    )
+    crop = resized[top : top + size, left : left + size, :]
+    crop = tf.ensure_shape(crop, [size, size, 3])
+    return tf.clip_by_value(crop, 0.0, 1.0)
+
+
+def bbox_to_crop_frame(bbox: tf.Tensor, height: tf.Tensor, width: tf.Tensor, size: int) -> tf.Tensor:
+    """(ymin, xmin, ymax, xmax) fractions of the original image -> fractions of the centre crop, clipped.
+
+    NaN coordinates (no box) stay NaN.
+    """
+    new_h, new_w, top, left = center_crop_geometry(height, width, size)
+    bbox = tf.cast(bbox, tf.float32)
+    nh, nw = tf.cast(new_h, tf.float32), tf.cast(new_w, tf.float32)
+    top_f, left_f = tf.cast(top, tf.float32), tf.cast(left, tf.float32)
+    s = float(size)
+    ys = (bbox[0::2] * nh - top_f) / s
+    xs = (bbox[1::2] * nw - left_f) / s
+    out = tf.stack([ys[0], xs[0], ys[1], xs[1]])
+    clipped = tf.clip_by_value(out, 0.0, 1.0)
+    return tf.where(tf.math.is_nan(out), out, clipped)  # a missing box (NaN) stays missing
+
+
+#: The six RGB channel orders of the colour-permutation probe, index = class.
+CHANNEL_PERMUTATIONS: tuple[tuple[int, int, int], ...] = (
+    (0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageTransform:
+    """A named transform of preprocessed images (one image [S, S, 3] or a batch [N, S, S, 3]).
+
+    The name keys the feature cache and names the probe's classes in the records (``rot1``, ``perm4``).
+    """
+
+    name: str
+    apply: Callable[[tf.Tensor], tf.Tensor] = dataclasses.field(compare=False, repr=False)
+
+    def __call__(self, images: tf.Tensor) -> tf.Tensor:
+        return self.apply(images)
+
+
+def rotation(k: int) -> ImageTransform:
+    """Rotation by k·90° counter-clockwise, named ``rot{k}``."""
+    return ImageTransform(f"rot{k}", lambda images: tf.image.rot90(images, k=k))
+
+
+def channel_order(i: int) -> ImageTransform:
+    """RGB channels reordered as ``CHANNEL_PERMUTATIONS[i]``, named ``perm{i}``."""
+    perm = list(CHANNEL_PERMUTATIONS[i])
+    return ImageTransform(f"perm{i}", lambda images: tf.gather(images, perm, axis=-1))
+
+
+#: The rotation probe's classes and the colour-permutation probe's classes, in class order.
+ROTATIONS: tuple[ImageTransform, ...] = tuple(rotation(k) for k in range(4))
+CHANNEL_ORDERS: tuple[ImageTransform, ...] = tuple(channel_order(i) for i in range(len(CHANNEL_PERMUTATIONS)))

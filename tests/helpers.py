@@ -1,0 +1,152 @@
+"""Shared test helpers: tiny models, random batches, running train steps on 1 or 2 replicas, NumPy pieces
+of the reference computations, and what TensorBoard's HParams dashboard shows for a log directory.
+
+A two-layer conv backbone stands in for the ResNet where the test does not need one: the methods only see
+pooled features, and tracing a ResNet step on 2 replicas costs minutes on a loaded 2-core machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from augself_tf.methods import AugSelfModel, build_method
+from augself_tf.models.resnet import build_backbone
+from augself_tf.training.optim import build_optimizer
+
+#: default image size of the test batches.
+S = 8
+#: head sizes small enough for CPU tests; each method takes the entries its constructor accepts.
+SMALL = {
+    "projector_hidden": 16,
+    "projector_dim": 8,
+    "predictor_hidden": 12,
+    "num_prototypes": 5,
+    "num_classes": 3,
+}
+
+
+def tiny_backbone(sync: bool = False) -> keras.Model:
+    """Conv 3×3/2 (6 channels) – BN – ReLU – global average pooling: 6-d features."""
+    x = keras.Input([None, None, 3])
+    y = keras.layers.Conv2D(6, 3, strides=2, padding="same", use_bias=False)(x)
+    y = keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5, synchronized=sync)(y)
+    y = keras.layers.ReLU()(y)
+    y = keras.layers.GlobalAveragePooling2D()(y)
+    return keras.Model(x, y, name="tiny")
+
+
+def make_model(method: str, augself=("crop", "color"), *, sync: bool = False, seed: int = 1, resnet: bool = False,
+               image_size: int = S, **options) -> AugSelfModel:
+    """A built method model on the tiny backbone (or a 1/8-width ResNet-18), `SMALL` heads unless overridden."""
+    keras.utils.set_random_seed(seed)
+    backbone = build_backbone("resnet18_cifar", 0.125, synchronized_bn=sync) if resnet else tiny_backbone(sync)
+    model = build_method(method, backbone, options={**SMALL, **options}, augself=augself, weight_decay=5e-4,
+                         synchronized_bn=sync)
+    model.build_all(image_size)
+    return model
+
+
+def omega(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+    """Random ω of every predictable augmentation for `n` views."""
+    return {
+        "crop": rng.uniform(0, 1, [n, 4]).astype("float32"),
+        "flip": (rng.uniform(size=[n, 1]) > 0.5).astype("float32"),
+        "color": rng.uniform(0, 1, [n, 4]).astype("float32"),
+        "blur": rng.uniform(0, 1, [n, 1]).astype("float32"),
+        "rotation": rng.integers(0, 4, [n, 1]).astype("float32"),
+        "solarize": rng.uniform(0, 1, [n, 1]).astype("float32"),
+    }
+
+
+def batch(seed: int = 0, n: int = 8, size: int = S) -> dict:
+    """Random views, ω and labels of ``n`` examples at ``size`` px."""
+    rng = np.random.default_rng(seed)
+    return {
+        "view1": rng.uniform(0, 1, [n, size, size, 3]).astype("float32"),
+        "view2": rng.uniform(0, 1, [n, size, size, 3]).astype("float32"),
+        "omega1": omega(rng, n),
+        "omega2": omega(rng, n),
+        "label": rng.integers(0, 3, [n]).astype("int64"),
+    }
+
+
+def half(tree, i: int):
+    """Replica `i`'s half (first or second) of every array in a (nested) batch."""
+    if isinstance(tree, dict):
+        return {k: half(v, i) for k, v in tree.items()}
+    n = len(tree) // 2
+    return tree[i * n:(i + 1) * n]
+
+
+def compile_model(model: AugSelfModel, strategy: tf.distribute.Strategy | None = None, lr: float = 0.05,
+                  total_steps: int = 100) -> None:
+    """SGD with the training loop's schedule, built on the optimized variables, as train() does."""
+    with strategy.scope() if strategy else contextlib.nullcontext():
+        model.compile(optimizer=build_optimizer(lr, 256, total_steps))
+        model.optimizer.build(model.optimized_variables())
+    model.base_learning_rate = lr
+
+
+def run_steps(model: AugSelfModel, batches: list[dict], strategy: tf.distribute.Strategy | None = None) -> list[dict]:
+    """Per-step logs (mean over replicas) of `model.train_step` on full batches split over 2 replicas."""
+    if strategy is None:
+        step = tf.function(model.train_step)
+        return [{k: float(v) for k, v in step(b).items()} for b in batches]
+
+    @tf.function
+    def dist_step(values):
+        out = strategy.run(model.train_step, args=(values,))
+        return {k: strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None) for k, v in out.items()}
+
+    logs = []
+    for b in batches:
+        parts = [half(b, i) for i in range(2)]
+        values = strategy.experimental_distribute_values_from_function(
+            lambda ctx, p=parts: p[ctx.replica_id_in_sync_group])
+        logs.append({k: float(v) for k, v in dist_step(values).items()})
+    return logs
+
+
+def replica_values(var) -> list[np.ndarray]:
+    """Values of a Keras variable on every replica (one entry when not mirrored)."""
+    tf_var = getattr(var, "value", var)
+    return [np.asarray(v) for v in getattr(tf_var, "values", [tf_var])]
+
+
+def unit(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """`x` scaled to unit ℓ2 norm along `axis`."""
+    return x / np.linalg.norm(x, axis=axis, keepdims=True)
+
+
+def np_log_softmax(x: np.ndarray) -> np.ndarray:
+    """log softmax over the last axis."""
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def hparams_dashboard_rows(logdir: str) -> dict[str, tuple[dict, dict]]:
+    """What the HParams dashboard shows for ``tensorboard --logdir LOGDIR``: {session: (hparams, metrics)}."""
+    from tensorboard import context
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.hparams import api_pb2, backend_context, list_session_groups
+
+    mux = plugin_event_multiplexer.EventMultiplexer()
+    mux.AddRunsFromDirectory(logdir)
+    mux.Reload()
+    provider = data_provider.MultiplexerDataProvider(mux, logdir)
+    tb = base_plugin.TBContext(logdir=logdir, multiplexer=mux, data_provider=provider)
+    request = api_pb2.ListSessionGroupsRequest(
+        start_index=0, slice_size=100, allowed_statuses=[api_pb2.STATUS_UNKNOWN, api_pb2.STATUS_SUCCESS])
+    groups = list_session_groups.Handler(
+        context.RequestContext(), backend_context.Context(tb), "", request).run().session_groups
+    rows = {}
+    for g in groups:
+        hparams = {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind")) for k, v in g.hparams.items()}
+        metrics = {(m.name.group, m.name.tag): m.value for m in g.metric_values}
+        rows[g.name] = (hparams, metrics)
+    return rows

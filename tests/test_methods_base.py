@@ -1,0 +1,194 @@
+"""What every method shares (augself_tf/methods/base.py and the registry): the AugSelf loss against an
+independent NumPy computation, option defaults and the factory, and the train step on 1 and 2 replicas."""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import mirrored_cpus
+from helpers import batch, compile_model, make_model, omega, replica_values, run_steps, tiny_backbone, unit
+
+from augself_tf.methods import METHODS, build_method
+from augself_tf.methods.base import AugSelfModel
+from augself_tf.models.resnet import mlp
+
+B = 6
+
+
+def _np_targets(o1: dict, o2: dict) -> dict:
+    """docs/architecture.md written out independently of the registry."""
+    c1, c2 = o1["crop"].copy(), o2["crop"].copy()
+    flipped = o1["flip"][:, 0] > 0.5
+    c1[flipped, 1] = 1 - c1[flipped, 1]
+    c2[flipped, 1] = 1 - c2[flipped, 1]
+    return {
+        "crop": c1 - c2,
+        "color": o1["color"] - o2["color"],
+        "flip": (o1["flip"] == o2["flip"]).astype("float32"),
+        "blur": o1["blur"] - o2["blur"],
+        "rotation": np.mod(o1["rotation"][:, 0] - o2["rotation"][:, 0], 4).astype("int64"),
+        "solarize": o1["solarize"] - o2["solarize"],
+    }
+
+
+def _np_loss(name: str, pred: np.ndarray, target: np.ndarray) -> float:
+    if name == "flip":
+        z = pred[:, 0]
+        t = target[:, 0]
+        return float(np.mean(np.maximum(z, 0) - z * t + np.log1p(np.exp(-np.abs(z)))))
+    if name == "rotation":
+        logp = pred - pred.max(1, keepdims=True)
+        logp = logp - np.log(np.exp(logp).sum(1, keepdims=True))
+        return float(-np.mean(logp[np.arange(len(target)), target]))
+    return float(np.mean((np.tanh(pred) - target) ** 2))
+
+
+# ----------------------------------------------------------------------------- AugSelf loss
+def test_augself_loss_matches_numpy_both_orders():
+    names = ("crop", "flip", "color", "blur", "rotation", "solarize")
+    model = make_model("none", augself=names, resnet=True, image_size=16)
+    rng = np.random.default_rng(3)
+    f1 = rng.normal(size=[B, model.feature_dim]).astype("float32")
+    f2 = rng.normal(size=[B, model.feature_dim]).astype("float32")
+    o1, o2 = omega(rng, B), omega(rng, B)
+    o1["flip"][:3] = 1.0  # some pairs with view 1 flipped
+    total, logs = model.augself_loss(tf.constant(f1), tf.constant(f2), o1, o2, training=False)
+    pairs = np.concatenate([np.concatenate([f1, f2], 1), np.concatenate([f2, f1], 1)], 0)
+    t12, t21 = _np_targets(o1, o2), _np_targets(o2, o1)
+    expected = 0.0
+    for name in names:
+        pred = model.augself_heads[name](pairs, training=False).numpy()
+        target = np.concatenate([t12[name], t21[name]], 0)
+        want = _np_loss(name, pred, target)
+        np.testing.assert_allclose(float(logs[f"augself/{name}_loss"]), want, rtol=1e-5, atol=1e-6)
+        expected += want
+    np.testing.assert_allclose(float(total), expected, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- registry, options, factory
+def test_new_methods_are_registered_with_their_options():
+    for name in ("byol", "simclr", "swav", "supervised"):
+        assert METHODS[name].method_name == name
+    assert METHODS["supervised"].needs_labels
+    assert METHODS["swav"].options["num_prototypes"][0] == 100
+    assert METHODS["byol"].options["projector_hidden"][0] == 4096
+
+
+def test_every_option_default_is_the_constructor_default_and_used_when_unset():
+    for cls in METHODS.values():
+        parameters = inspect.signature(cls.__init__).parameters
+        assert set(cls.options) == set(cls.option_help)
+        for name, (default, help_text) in cls.options.items():
+            assert default == parameters[name].default and type(default) is type(parameters[name].default)
+            assert help_text == cls.option_help[name]
+    # train_main passes None for every flag left unset: the constructor default applies.
+    model = build_method("simclr", tiny_backbone(), options={"temperature": None, "queue_size": None})
+    assert model.temperature == 0.2
+    model = build_method("simclr", tiny_backbone(), options={"temperature": 0.5, "queue_size": 3})
+    assert model.temperature == 0.5
+
+
+def test_option_help_must_name_a_constructor_argument_with_a_default():
+    with pytest.raises(TypeError, match="'widht'.*keyword argument with a default"):
+        type("Typo", (AugSelfModel,), {"option_help": {"widht": "a misspelt option"}})
+
+
+def test_unknown_method_is_one_clear_error():
+    with pytest.raises(ValueError, match="unknown method 'simsam'; choose from none, simsiam, moco"):
+        build_method("simsam", tiny_backbone())
+
+
+class MyMethod(AugSelfModel):
+    """docs/architecture.md's "Adding a method" example, word for word."""
+
+    method_name = "mymethod"
+    option_help = {"projector_dim": "MyMethod projector output size"}  # one train_main flag each
+
+    def __init__(self, backbone, *, projector_dim: int = 128, **kwargs) -> None:
+        super().__init__(backbone, **kwargs)
+        self.projector = mlp([512, projector_dim], synchronized_bn=self.synchronized_bn, name="projector")
+
+    def build_heads(self, feature_dim: int) -> None:
+        self.projector(tf.zeros([2, feature_dim]))
+
+    def method_loss(self, f1, f2, batch, training):
+        z1 = tf.math.l2_normalize(tf.cast(self.projector(f1, training=training), tf.float32), -1)
+        z2 = tf.math.l2_normalize(tf.cast(self.projector(f2, training=training), tf.float32), -1)
+        return -tf.reduce_mean(tf.reduce_sum(z1 * z2, -1)), {}
+
+
+def test_a_toy_method_is_one_class_and_one_registry_line(monkeypatch):
+    monkeypatch.setitem(METHODS, "mymethod", MyMethod)
+    assert METHODS["mymethod"].options == {"projector_dim": (128, "MyMethod projector output size")}
+    model = make_model("mymethod", projector_dim=None, total_steps=2)  # unset flag -> the default, 128
+    assert model.optimized_variables()[-1].shape == (128,)  # the projector's last bias
+    b = batch(9)
+    f1, f2 = model.backbone(b["view1"], training=False), model.backbone(b["view2"], training=False)
+    loss, _ = model.method_loss(f1, f2, b, training=False)
+    z1 = unit(model.projector(f1, training=False).numpy())
+    z2 = unit(model.projector(f2, training=False).numpy())
+    np.testing.assert_allclose(float(loss), -np.mean(np.sum(z1 * z2, 1)), rtol=1e-5)
+    compile_model(model)
+    logs = run_steps(model, [b, b])
+    assert all(math.isfinite(v) for log in logs for v in log.values())
+    assert logs[1]["loss/method"] != logs[0]["loss/method"] and logs[1]["loss/augself"] > 0
+
+
+# ----------------------------------------------------------------------------- the train step
+@pytest.mark.parametrize("method", ["none", "simsiam", "moco"])
+def test_augself_loss_falls_on_a_fixed_batch(method):
+    model = make_model(method, augself=("crop", "color"), resnet=True, image_size=16, queue_size=16,
+                       projector_dim=16, projector_hidden=16, predictor_hidden=8)
+    compile_model(model, lr=0.1)
+    logs = run_steps(model, [batch(2, n=16, size=16)] * 30)
+    first, last = logs[0]["loss/augself"], logs[-1]["loss/augself"]
+    assert np.isfinite(list(logs[-1].values())).all()
+    assert last < 0.6 * first, (first, last)
+
+
+@pytest.mark.parametrize("augself", [(), ("crop", "color")], ids=["plain", "augself"])
+@pytest.mark.parametrize("method", ["byol", "simclr", "swav", "supervised"])
+def test_method_trains_on_two_replicas(method, augself):
+    strategy = mirrored_cpus()
+    with strategy.scope():
+        model = make_model(method, augself=augself, sync=True, total_steps=3, steps_per_epoch=1)
+    compile_model(model, strategy, total_steps=3)
+    logs = run_steps(model, [batch(0), batch(1)], strategy)
+    for log in logs:
+        assert all(math.isfinite(v) for v in log.values()), log
+    assert logs[-1]["loss/method"] != 0.0
+    assert (logs[-1]["loss/augself"] > 0) == bool(augself)
+    for w in model.weights:  # replicas stay in sync
+        values = replica_values(w)
+        for v in values[1:]:
+            np.testing.assert_allclose(v, values[0], rtol=1e-5, atol=1e-6, err_msg=w.path)
+
+
+# Per case: image size, batch seed, options. SimCLR's negatives and SwAV's Sinkhorn sums span the global batch.
+TWO_REPLICA_CASES = {
+    "simsiam": (16, 0, {"projector_dim": 32, "predictor_hidden": 8}),
+    "simclr": (8, 6, {"total_steps": 10}),
+    "swav": (8, 6, {"total_steps": 10, "freeze_prototypes_steps": 0}),
+}
+
+
+@pytest.mark.parametrize("method", list(TWO_REPLICA_CASES))
+def test_two_replicas_equal_one_device_on_the_same_global_batch(method):
+    size, seed, options = TWO_REPLICA_CASES[method]
+    b = batch(seed, n=8, size=size)
+    single = make_model(method, sync=True, image_size=size, **options)
+    compile_model(single)
+    one = run_steps(single, [b])[0]
+    strategy = mirrored_cpus()
+    with strategy.scope():
+        double = make_model(method, sync=True, image_size=size, **options)
+    compile_model(double, strategy)
+    two = run_steps(double, [b], strategy)[0]
+    np.testing.assert_allclose(two["loss/method"], one["loss/method"], rtol=1e-5)
+    for a, w in zip(single.weights, double.weights, strict=True):
+        for value in replica_values(w):
+            np.testing.assert_allclose(a.numpy(), value, rtol=1e-4, atol=1e-5, err_msg=a.path)
