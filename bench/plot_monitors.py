@@ -15,18 +15,21 @@ import glob
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from augself_tf.startup import import_tensorflow_quietly  # noqa: E402
 
 
 def read_monitors(run_dir: str) -> dict[str, list[tuple[int, float]]]:
     """{tag: [(step, value), ...]} of the ``monitor/*`` scalars in a run's event files, sorted by step."""
+    import_tensorflow_quietly()
     import tensorflow as tf
 
     tb = os.path.join(run_dir, "tensorboard")
     tb = tb if os.path.isdir(tb) else run_dir
     series: dict[str, dict[int, float]] = {}
     for path in sorted(glob.glob(os.path.join(tb, "events.out.tfevents.*"))):
-        for event in tf.compat.v1.train.summary_iterator(path):
+        for record in tf.data.TFRecordDataset(path):
+            event = tf.compat.v1.Event.FromString(record.numpy())
             for value in event.summary.value:
                 if not value.tag.startswith("monitor/") or value.tag == "monitor/seconds":
                     continue
