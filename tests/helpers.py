@@ -8,13 +8,16 @@ pooled features, and tracing a ResNet step on 2 replicas costs minutes on a load
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from augself_tf.augment import AugmentConfig
 from augself_tf.methods import AugSelfModel, build_method
 from augself_tf.models.resnet import build_backbone
+from augself_tf.training.config import TrainConfig
 from augself_tf.training.optim import build_optimizer
 
 #: default image size of the test batches.
@@ -150,3 +153,26 @@ def hparams_dashboard_rows(logdir: str) -> dict[str, tuple[dict, dict]]:
         metrics = {(m.name.group, m.name.tag): m.value for m in g.metric_values}
         rows[g.name] = (hparams, metrics)
     return rows
+
+
+def tiny_run(model_dir: str, **overrides) -> TrainConfig:
+    """A pretraining run of a few seconds: MoCo + AugSelf at width 1/16, 16 px, batch 16, 6 steps."""
+    base = TrainConfig(
+        method="moco",
+        augself=("crop", "color"),
+        dataset="shapes",
+        backbone="resnet18_cifar",
+        width=0.0625,
+        augment=AugmentConfig(image_size=16),
+        batch_size=16,
+        epochs=1,
+        max_steps=6,
+        lr=0.05,
+        model_dir=model_dir,
+        method_options={"queue_size": 64, "projector_hidden": 32, "projector_dim": 16},
+        checkpoint_every=3,
+        verbose=0,
+        shuffle_buffer=256,
+        monitor="none",  # tests/test_monitors.py turns them on
+    )
+    return dataclasses.replace(base, **overrides)

@@ -118,7 +118,7 @@ def test_features_gathered_across_replicas_equal_the_backbone_on_every_image_onc
     assert not np.allclose(plain, got)  # the channel orders were applied
 
 
-def tiny(model_dir: str, **overrides) -> TrainConfig:
+def monitored_run(model_dir: str, **overrides) -> TrainConfig:
     # shapes 'test' (1000 images) in batches of 200: 5 steps per epoch.
     base = TrainConfig(method="simsiam", augself=("crop", "color"), dataset="shapes", split="test",
                        backbone="resnet18_cifar", width=0.0625, augment=AugmentConfig(image_size=16),
@@ -141,7 +141,7 @@ def _monitor_events(tb_dir: str) -> dict[str, dict[int, float]]:
 
 @pytest.mark.parametrize(("replicas", "monitor"), [(1, "auto"), (2, "knn,knn:color,colorperm")])
 def test_run_writes_monitor_scalars_to_tensorboard(tmp_path, replicas, monitor):
-    result = train(tiny(str(tmp_path / "run"), cpu_replicas=replicas, monitor=monitor))
+    result = train(monitored_run(str(tmp_path / "run"), cpu_replicas=replicas, monitor=monitor))
     assert result.steps == 6
     events = _monitor_events(result.tensorboard_dir)
     names = ["knn", "knn_color"] + (["colorperm"] if monitor != "auto" else [])
@@ -156,7 +156,7 @@ def test_run_writes_monitor_scalars_to_tensorboard(tmp_path, replicas, monitor):
 
 
 def test_bad_monitor_settings_are_one_clear_error():
-    cfg = tiny("unused")
+    cfg = monitored_run("unused")
 
     def build(**overrides):
         return plan_monitors(dataclasses.replace(cfg, **overrides), 1000)
@@ -173,7 +173,7 @@ def test_bad_monitor_settings_are_one_clear_error():
 
 
 def test_default_monitor_subsets_scale_with_the_pretraining_data_and_are_capped():
-    cfg = tiny("unused", monitor_bank_size=None, monitor_query_size=None)
+    cfg = monitored_run("unused", monitor_bank_size=None, monitor_query_size=None)
     shapes = plan_monitors(cfg, 5000)
     assert (shapes.bank_split, shapes.query_split, shapes.bank_size, shapes.query_size) == ("train", "test", 1000, 500)
     stl10_like = plan_monitors(cfg, 105_000)

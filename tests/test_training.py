@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -10,34 +9,12 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import tiny_run
 
-from augself_tf.augment import AugmentConfig
 from augself_tf.methods.base import AugSelfModel
-from augself_tf.training.loop import NonFiniteLossError, TrainConfig, train
+from augself_tf.training.loop import NonFiniteLossError, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def tiny(model_dir: str, **overrides) -> TrainConfig:
-    base = TrainConfig(
-        method="moco",
-        augself=("crop", "color"),
-        dataset="shapes",
-        backbone="resnet18_cifar",
-        width=0.0625,
-        augment=AugmentConfig(image_size=16),
-        batch_size=16,
-        epochs=1,
-        max_steps=6,
-        lr=0.05,
-        model_dir=model_dir,
-        method_options={"queue_size": 64, "projector_hidden": 32, "projector_dim": 16},
-        checkpoint_every=3,
-        verbose=0,
-        shuffle_buffer=256,
-        monitor="none",  # tests/test_monitors.py turns them on
-    )
-    return dataclasses.replace(base, **overrides)
 
 
 def _checkpoint_values(ckpt_dir: str) -> dict:
@@ -50,7 +27,7 @@ class _InterruptError(Exception):
 
 
 def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
-    full = train(tiny(str(tmp_path / "full"), export=False))
+    full = train(tiny_run(str(tmp_path / "full"), export=False))
     assert full.steps == 6
 
     def interrupt(step):
@@ -58,8 +35,8 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
             raise _InterruptError
 
     with pytest.raises(_InterruptError):
-        train(tiny(str(tmp_path / "resumed"), on_step=interrupt, export=False))
-    resumed = train(tiny(str(tmp_path / "resumed"), export=False))
+        train(tiny_run(str(tmp_path / "resumed"), on_step=interrupt, export=False))
+    resumed = train(tiny_run(str(tmp_path / "resumed"), export=False))
     assert resumed.steps == 6
     a, b = _checkpoint_values(full.checkpoint_dir), _checkpoint_values(resumed.checkpoint_dir)
     assert a.keys() == b.keys()
@@ -71,7 +48,7 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
 
 def test_two_replicas_train_finite_and_export_loads_without_the_project(tmp_path):
     # The device stage (uint8 views, photometric ops batched per replica) is the path 8-GPU runs take.
-    result = train(tiny(str(tmp_path / "run"), method="simsiam", cpu_replicas=2, max_steps=3, photometric="device",
+    result = train(tiny_run(str(tmp_path / "run"), method="simsiam", cpu_replicas=2, max_steps=3, photometric="device",
                         method_options={"projector_dim": 32, "predictor_hidden": 8}))
     assert np.isfinite(result.last_logs["loss/total"])
     assert result.model.distribute_strategy.num_replicas_in_sync == 2
@@ -106,7 +83,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch
 
     monkeypatch.setattr(AugSelfModel, "compute_losses", poisoned)
     with pytest.raises(NonFiniteLossError, match="step 3"):
-        train(tiny(str(tmp_path / "nan"), checkpoint_every=1))
+        train(tiny_run(str(tmp_path / "nan"), checkpoint_every=1))
     ckpt = tf.train.latest_checkpoint(str(tmp_path / "nan" / "checkpoints"))
     assert ckpt.endswith("-2")
     values = _checkpoint_values(str(tmp_path / "nan" / "checkpoints"))
@@ -125,7 +102,7 @@ def test_nan_between_log_steps_is_caught_before_the_next_save_and_names_its_step
 
     monkeypatch.setattr(AugSelfModel, "compute_losses", poisoned)
     with pytest.raises(NonFiniteLossError, match="step 2"):  # iterations == 1 during the 2nd step
-        train(tiny(str(tmp_path / "inf"), checkpoint_every=4, log_every=5))
+        train(tiny_run(str(tmp_path / "inf"), checkpoint_every=4, log_every=5))
     assert tf.train.latest_checkpoint(str(tmp_path / "inf" / "checkpoints")) is None
 
 
@@ -156,7 +133,7 @@ def test_loop_fetches_logs_only_at_log_steps(tmp_path, monkeypatch):
         return wrapped
 
     monkeypatch.setattr(loop, "make_distributed_step", counting)
-    result = train(tiny(str(tmp_path / "run"), log_every=3, export=False))
+    result = train(tiny_run(str(tmp_path / "run"), log_every=3, export=False))
     assert len(calls) == 6 and sorted(set(reads)) == [3, 6]
     assert np.isfinite(result.last_logs["loss/total"])
 
@@ -195,7 +172,7 @@ def test_mixed_precision_and_xla_step_on_one_device(tmp_path, photometric):
     import keras
 
     try:
-        result = train(tiny(str(tmp_path / "run"), method="simsiam", max_steps=2, mixed_precision="bfloat16",
+        result = train(tiny_run(str(tmp_path / "run"), method="simsiam", max_steps=2, mixed_precision="bfloat16",
                             jit_compile=True, photometric=photometric, export=False,
                             method_options={"projector_dim": 16, "predictor_hidden": 8}))
     finally:
