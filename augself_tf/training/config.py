@@ -16,6 +16,7 @@ from augself_tf.augment.config import AugmentConfig
 from augself_tf.augment.pipeline import PHOTOMETRIC_MODES
 from augself_tf.methods import METHODS
 from augself_tf.models.resnet import BACKBONES
+from augself_tf.training.knn import DEFAULT_K, DEFAULT_TEMPERATURE
 from augself_tf.training.strategy import STRATEGIES
 
 # What a run on the embedded data needs; the paper's 96 px (STL10) and 224 px (ImageNet100) are in flags/.
@@ -82,8 +83,9 @@ class TrainConfig:
     monitor_query_size: int | None = setting(None, "Query images the kNN monitors classify, the first N of the "
                                                    "query split (default: 10% of the pretraining split's size, at "
                                                    "most 1000).")
-    monitor_k: int = setting(200, "Neighbours of the kNN monitors.")
-    monitor_temperature: float = setting(0.1, "Temperature of the kNN monitors' vote weights exp(cosine / T).")
+    monitor_k: int = setting(DEFAULT_K, "Neighbours of the kNN monitors.")
+    monitor_temperature: float = setting(DEFAULT_TEMPERATURE,
+                                         "Temperature of the kNN monitors' vote weights exp(cosine / T).")
     verbose: int = 1
     on_step: Callable[[int], None] | None = None  # called after each step (tests use it to interrupt)
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+DEFAULT_K = 200  # solo-learn's and InstDisc's kNN
+DEFAULT_TEMPERATURE = 0.1
+
 
 def weighted_knn_predict(
     bank_features: tf.Tensor | np.ndarray,
     bank_labels: tf.Tensor | np.ndarray,
     query_features: tf.Tensor | np.ndarray,
     num_classes: int,
-    k: int = 200,
-    temperature: float = 0.1,
+    k: int = DEFAULT_K,
+    temperature: float = DEFAULT_TEMPERATURE,
     chunk: int = 1024,
 ) -> tf.Tensor:
     """Predicted class of every query by a similarity-weighted vote of its k nearest bank examples.
@@ -54,8 +57,8 @@ def weighted_knn_accuracy(
     query_features: tf.Tensor | np.ndarray,
     query_labels: tf.Tensor | np.ndarray,
     num_classes: int,
-    k: int = 200,
-    temperature: float = 0.1,
+    k: int = DEFAULT_K,
+    temperature: float = DEFAULT_TEMPERATURE,
 ) -> float:
     """Top-1 accuracy of :func:`weighted_knn_predict` on labelled queries, in [0, 1]."""
     predicted = weighted_knn_predict(bank_features, bank_labels, query_features, num_classes, k, temperature)
