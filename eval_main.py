@@ -45,12 +45,16 @@ flags.DEFINE_string(
 )
 flags.DEFINE_string("dataset", "shapes", "Dataset spec: shapes, folder:PATH, a tfds name, or fc100.")
 flags.DEFINE_string("data_dir", None, "tensorflow-datasets data directory.")
-flags.DEFINE_integer("image_size", 96, "Eval resolution: shorter side resized to it, then a centre crop.")
+_DEFAULTS = EvalSettings()  # the defaults are EvalSettings' own, written once there
+flags.DEFINE_integer("image_size", _DEFAULTS.image_size, "Eval resolution: shorter side resized to it, then a "
+                     "centre crop.")
 flags.DEFINE_string("output", None, "Results JSON (default <first saved_model>/../eval/results.json).")
-flags.DEFINE_integer("batch_size", 128, "Images per model call.")
-flags.DEFINE_integer("max_examples", None, "Use at most this many examples per split (fixed-seed subset).")
-flags.DEFINE_integer("seed", 0, "Seed of subsets, validation hold-out, episodes, queries and augmentations.")
-flags.DEFINE_string("label_key", "label", "Integer label to classify/probe (e.g. color for shapes).")
+flags.DEFINE_integer("batch_size", _DEFAULTS.batch_size, "Images per model call.")
+flags.DEFINE_integer("max_examples", _DEFAULTS.max_examples, "Use at most this many examples per split "
+                     "(fixed-seed subset).")
+flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of subsets, validation hold-out, episodes, queries and "
+                     "augmentations.")
+flags.DEFINE_string("label_key", _DEFAULTS.label_key, "Integer label to classify/probe (e.g. color for shapes).")
 # absl lists a script's own flags under sys.argv[0]: generated flags go there too, so --help shows them.
 _MODULE = sys.argv[0] if __name__ == "__main__" else __name__
 # The linear probe's solver is shared by linear, rotation, colorperm and robustness: --linear_backend, ...
