@@ -30,8 +30,8 @@ from augself_tf.startup import import_tensorflow_quietly
 import_tensorflow_quietly()  # before anything imports TensorFlow: its start-up notices, once each at most
 
 from augself_tf.evaluation.context import EvalSettings, ProbeOptions  # noqa: E402
-from augself_tf.evaluation.options import define_flags, options_from_flags  # noqa: E402
 from augself_tf.evaluation.protocols import PROTOCOLS, all_protocols  # noqa: E402
+from augself_tf.flag_fields import define_flags, options_from_flags  # noqa: E402
 
 PROTOCOL_CHOICES = (*PROTOCOLS, "all")
 
@@ -126,16 +126,21 @@ def run(argv_models: list[str], protocols: list[str], explicit: bool) -> int:
     from augself_tf.evaluation import report
     from augself_tf.evaluation.context import EvalContext, log_stderr
     from augself_tf.evaluation.datasets import DataAccess
+    from augself_tf.evaluation.errors import EvalError
     from augself_tf.evaluation.loading import load_model
     from augself_tf.evaluation.protocols import run_protocol, unfit_reason
 
     output = FLAGS.output or default_output(argv_models[0])
     # Options of the protocols that run only: a bad value of another protocol's flag does not matter.
-    options = {name: options_from_flags(name, PROTOCOLS[name].options, FLAGS) for name in protocols}
+    try:
+        options = {name: options_from_flags(name, PROTOCOLS[name].options, FLAGS) for name in protocols}
+        probe = options_from_flags("linear", ProbeOptions, FLAGS)
+    except ValueError as e:  # a list flag whose items do not parse
+        raise EvalError(str(e)) from None
     settings = EvalSettings(
         image_size=FLAGS.image_size, batch_size=FLAGS.batch_size, max_examples=FLAGS.max_examples, seed=FLAGS.seed,
-        label_key=FLAGS.label_key, output_dir=os.path.dirname(os.path.abspath(output)),
-        probe=options_from_flags("linear", ProbeOptions, FLAGS), verbose=FLAGS.verbose,
+        label_key=FLAGS.label_key, output_dir=os.path.dirname(os.path.abspath(output)), probe=probe,
+        verbose=FLAGS.verbose,
     )
     log = None if FLAGS.quiet else log_stderr
     if FLAGS.deterministic:  # before TensorFlow runs an op

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-import typing
 
 from absl import app, flags, logging  # noqa: E402
 
@@ -21,28 +20,16 @@ from augself_tf.startup import import_tensorflow_quietly  # noqa: E402
 import_tensorflow_quietly()  # before anything imports TensorFlow: its start-up notices, once each at most
 
 from augself_tf.augment import registry  # noqa: E402
+from augself_tf.flag_fields import define_flags, values_from_flags  # noqa: E402
 from augself_tf.methods import METHODS  # noqa: E402
-from augself_tf.training.config import TrainConfig, flag_settings  # noqa: E402
+from augself_tf.training.config import TrainConfig  # noqa: E402
 
 FLAGS = flags.FLAGS
 
 
-def _define_setting_flags() -> None:
-    """One flag per TrainConfig setting, with the field's default and help (written once, in config.py)."""
-    hints = typing.get_type_hints(TrainConfig)
-    for field in flag_settings():
-        kind = hints[field.name]
-        base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)  # X | None -> X
-        name, default, help_text = field.name, field.default, field.metadata["help"]
-        if "choices" in field.metadata:
-            flags.DEFINE_enum(name, default, list(field.metadata["choices"]), help_text)
-        else:
-            define = {bool: flags.DEFINE_boolean, int: flags.DEFINE_integer, float: flags.DEFINE_float,
-                      str: flags.DEFINE_string}[base]
-            define(name, default, help_text)
-
-
-_define_setting_flags()
+# absl lists a script's own flags under sys.argv[0]: the generated flags go there too, so --help shows them.
+_MODULE = sys.argv[0] if __name__ == "__main__" else __name__
+define_flags("", TrainConfig, FLAGS, _MODULE)  # one flag per TrainConfig option: its default and help
 _DEFAULT = TrainConfig()
 flags.DEFINE_string("augself", ",".join(_DEFAULT.augself), "Comma-separated ω to predict "
                     f"({', '.join(registry.AUGSELF_CHOICES)}); '' or 'none' turns AugSelf off.")
@@ -86,10 +73,8 @@ def _config():
     for name, value in (("batch_size", FLAGS.batch_size), ("epochs", FLAGS.epochs), ("image_size", FLAGS.image_size)):
         if value <= 0:
             raise ValueError(f"--{name} must be positive, got {value}")
-    from_flags = {f.name: FLAGS[f.name].value for f in flag_settings()}
-    cfg = TrainConfig(**from_flags, augself=augself, augment=augment,
-                      method_options={name: FLAGS[name].value for name in _METHOD_FLAGS})
-    return dataclasses.replace(cfg, model_dir=cfg.resolved_model_dir())
+    return TrainConfig(**values_from_flags("", TrainConfig, FLAGS), augself=augself, augment=augment,
+                       method_options={name: FLAGS[name].value for name in _METHOD_FLAGS})
 
 
 def main(argv: list[str]) -> int:

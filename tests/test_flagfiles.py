@@ -219,7 +219,7 @@ def test_flagfile_dataset_and_split_exist_offline(name, tmp_path):
 
 def test_no_flags_give_trainconfigs_defaults_and_every_setting_is_a_flag():
     """Defaults are written once, in TrainConfig: train_main with no flags builds exactly TrainConfig()."""
-    from augself_tf.training.config import flag_settings
+    from augself_tf.flag_fields import flag_fields
 
     flags = train_main.FLAGS
     flags.unparse_flags()
@@ -229,11 +229,11 @@ def test_no_flags_give_trainconfigs_defaults_and_every_setting_is_a_flag():
     finally:
         flags.unparse_flags()
     default = TrainConfig()
-    assert {f.name for f in flag_settings()} <= set(flags), "a TrainConfig setting has no flag"
-    for field in flag_settings():
+    assert {f.name for f in flag_fields(TrainConfig)} <= set(flags), "a TrainConfig setting has no flag"
+    for field in flag_fields(TrainConfig):
         assert flags[field.name].default == field.default, field.name
         assert flags[field.name].help.endswith(field.metadata["help"]), field.name  # enums prefix <choices>
     method_defaults = {name: None for name in train_main._METHOD_FLAGS}
-    expected = dataclasses.replace(default, model_dir=default.resolved_model_dir(), method_options=method_defaults)
+    expected = dataclasses.replace(default, method_options=method_defaults)
     assert cfg == expected
     assert (cfg.backbone, cfg.width, cfg.epochs, cfg.augment.image_size) == ("resnet18_cifar", 0.125, 10, 32)

@@ -21,8 +21,8 @@ from augself_tf.evaluation.datasets import DataAccess, LinearSplits, dataset_key
 from augself_tf.evaluation.errors import EvalError
 from augself_tf.evaluation.extraction import FeatureExtractor, FeatureSet
 from augself_tf.evaluation.loading import LoadedModel
-from augself_tf.evaluation.options import option
 from augself_tf.evaluation.preprocessing import ImageTransform
+from augself_tf.flag_fields import option
 from augself_tf.progress import Progress
 
 Log = Callable[[str], None]

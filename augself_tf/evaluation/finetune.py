@@ -38,7 +38,7 @@ import tensorflow as tf
 from augself_tf.evaluation import logreg
 from augself_tf.evaluation.errors import EvalError
 from augself_tf.evaluation.intervals import t_ci95
-from augself_tf.evaluation.options import option
+from augself_tf.flag_fields import option
 from augself_tf.progress import Progress
 
 

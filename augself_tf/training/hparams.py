@@ -18,7 +18,8 @@ from tensorboard.plugins.hparams import api as hp
 
 from augself_tf.augment import registry
 from augself_tf.augment.config import DEFAULT_JITTER_STRENGTH
-from augself_tf.training.config import TrainConfig, flag_settings
+from augself_tf.flag_fields import flag_fields
+from augself_tf.training.config import TrainConfig
 
 # Settings that say where and how often, not what is trained: left out of the table.
 BOOKKEEPING = frozenset({
@@ -34,7 +35,7 @@ def run_hparams(cfg: TrainConfig) -> dict[str, HParamValue]:
     """The hyperparameters of a run as the dashboard's columns (unset settings are left out)."""
     values: dict[str, HParamValue] = {
         f.name: getattr(cfg, f.name)
-        for f in flag_settings()
+        for f in flag_fields(TrainConfig)
         if f.name not in BOOKKEEPING and getattr(cfg, f.name) is not None
     }
     values["augself"] = ",".join(cfg.augself) or "none"

@@ -17,7 +17,7 @@ class Protocol:
     """One evaluation protocol, as registered in :data:`augself_tf.evaluation.protocols.PROTOCOLS`.
 
     Attributes:
-      options: a dataclass; its :func:`~augself_tf.evaluation.options.option` fields become eval_main's
+      options: a dataclass; its :func:`~augself_tf.flag_fields.option` fields become eval_main's
         ``--<name>_<field>`` flags.
       run: ``run(context, model, dataset, options) -> records``
         (:func:`~augself_tf.evaluation.report.make_record` dicts).

@@ -10,9 +10,9 @@ from augself_tf.evaluation import fewshot
 from augself_tf.evaluation.context import EvalContext
 from augself_tf.evaluation.datasets import fewshot_split
 from augself_tf.evaluation.loading import LoadedModel
-from augself_tf.evaluation.options import option
 from augself_tf.evaluation.protocols.base import Protocol, Records
 from augself_tf.evaluation.report import make_record
+from augself_tf.flag_fields import option
 
 
 @dataclasses.dataclass

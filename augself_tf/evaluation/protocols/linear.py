@@ -7,9 +7,9 @@ import dataclasses
 from augself_tf.evaluation.context import EvalContext
 from augself_tf.evaluation.loading import LoadedModel
 from augself_tf.evaluation.logreg import METRICS
-from augself_tf.evaluation.options import option
 from augself_tf.evaluation.protocols.base import Protocol, Records
 from augself_tf.evaluation.report import make_record
+from augself_tf.flag_fields import option
 
 #: Datasets whose paper metric is mean per-class accuracy (tfds names and common aliases).
 MEAN_PER_CLASS_DATASETS: frozenset[str] = frozenset(

@@ -15,10 +15,10 @@ from augself_tf.evaluation import corruptions
 from augself_tf.evaluation.context import EvalContext
 from augself_tf.evaluation.errors import EvalError
 from augself_tf.evaluation.loading import LoadedModel
-from augself_tf.evaluation.options import option
 from augself_tf.evaluation.protocols.base import Protocol, Records
 from augself_tf.evaluation.report import make_record
 from augself_tf.evaluation.robustness import robustness_eval
+from augself_tf.flag_fields import option
 
 
 @dataclasses.dataclass
