@@ -46,9 +46,10 @@ class Progress:
       unit: name of one unit, used in the rate ("step/s").
       stream: where to write (default sys.stdout at construction time).
       enabled: False writes nothing (``--quiet``, non-chief workers).
-      line_every: in a log file, one line every this many units (default: ``total / 50`` rounded up);
-        the last unit always gets a line. Ignored on a terminal, where the bar is redrawn at most every
-        ``redraw_seconds``.
+      line_every: in a log file, one line every this many units (default: ``total / 50`` rounded up to a
+        multiple of ``line_multiple``); the last unit always gets a line. Ignored on a terminal, where the
+        bar is redrawn at most every ``redraw_seconds``.
+      line_multiple: see ``line_every`` (the training loop's log interval, so each line shows fresh losses).
       terminal: force terminal (True) or log-file (False) behaviour; default asks the stream.
     """
 
@@ -61,6 +62,7 @@ class Progress:
         stream: TextIO | None = None,
         enabled: bool = True,
         line_every: int | None = None,
+        line_multiple: int = 1,
         redraw_seconds: float = 0.5,
         terminal: bool | None = None,
     ) -> None:
@@ -70,7 +72,8 @@ class Progress:
         self.stream = stream if stream is not None else sys.stdout
         self.enabled = enabled
         self.terminal = is_terminal(self.stream) if terminal is None else terminal
-        self.line_every = line_every or max(1, -(-(total or 0) // MAX_LINE_LINES))
+        default_every = -(-max(1, -(-(total or 0) // MAX_LINE_LINES)) // line_multiple) * line_multiple
+        self.line_every = line_every or default_every
         self.redraw_seconds = redraw_seconds
         self.start_time = time.perf_counter()
         self.done = 0

@@ -19,7 +19,7 @@ from augself_tf.export.saved_model import export_backbone
 from augself_tf.methods import METHODS, build_method
 from augself_tf.methods.base import AugSelfModel
 from augself_tf.models.resnet import build_backbone
-from augself_tf.progress import MAX_LINE_LINES, Progress
+from augself_tf.progress import Progress
 from augself_tf.training import summaries
 from augself_tf.training.config import TrainConfig
 from augself_tf.training.determinism import make_deterministic
@@ -224,9 +224,7 @@ def train(cfg: TrainConfig) -> TrainResult:
     _log(cfg, summaries.describe_run(cfg, replicas, info.num_examples, steps_per_epoch, total_steps,
                                      cfg.photometric))  # resolved at the top of train()
     # In a log file: about 50 lines per run, each on a logging step so its losses are fresh.
-    line_every = -(-total_steps // MAX_LINE_LINES)
-    line_every = -(-line_every // cfg.log_every) * cfg.log_every
-    progress = Progress(total_steps, "pretrain", enabled=bool(cfg.verbose), line_every=line_every)
+    progress = Progress(total_steps, "pretrain", enabled=bool(cfg.verbose), line_multiple=cfg.log_every)
     monitors = None
     if monitor_plan is not None and step < total_steps:
         monitors = build_monitors(monitor_plan, cfg, strategy, model.backbone, writer, lambda msg: _log(cfg, msg))

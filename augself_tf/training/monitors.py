@@ -120,9 +120,9 @@ class MonitorData:
 
 
 def load_monitor_data(
-    spec: str, split: str, keys: list[str], image_size: int, limit: int, seed: int, data_dir: str | None
+    spec: str, info: SourceInfo, keys: list[str], image_size: int, limit: int, seed: int, data_dir: str | None
 ) -> MonitorData:
-    """The first ``limit`` examples of ``spec``/``split`` with the label ``keys`` (read once per run).
+    """The first ``limit`` examples of ``spec``'s split ``info.split`` with the label ``keys`` (read once per run).
 
     The first examples rather than a shuffled draw: shapes, folder and tfds sources are already stored in
     a fixed pseudo-random order, and reading only ``limit`` images keeps the cost bounded on large splits.
@@ -130,7 +130,7 @@ def load_monitor_data(
     Raises:
       ValueError: the split is empty or a wanted label is missing (-1) on some of its examples.
     """
-    info = source_info(spec, split, data_dir=data_dir)
+    split = info.split
 
     def prepare(ex: dict) -> dict:
         image = tf.cast(tf.round(preprocess(ex["image"], image_size) * 255.0), tf.uint8)
@@ -280,6 +280,8 @@ class MonitorPlan:
     spec: str
     bank_split: str
     query_split: str
+    bank_info: SourceInfo
+    query_info: SourceInfo
     bank_size: int
     query_size: int
 
@@ -308,13 +310,15 @@ def plan_monitors(cfg: TrainConfig, pretrain_examples: int) -> MonitorPlan | Non
         return None
     spec = cfg.monitor_dataset or cfg.dataset
     bank_split, query_split = monitor_splits(cfg.monitor_splits, spec, cfg.data_dir)
-    monitors = parse_monitors(cfg.monitor, source_info(spec, bank_split, data_dir=cfg.data_dir))
-    parse_monitors(cfg.monitor, source_info(spec, query_split, data_dir=cfg.data_dir))  # the same labels
+    bank_info = source_info(spec, bank_split, data_dir=cfg.data_dir)
+    query_info = source_info(spec, query_split, data_dir=cfg.data_dir)
+    monitors = parse_monitors(cfg.monitor, bank_info)
+    parse_monitors(cfg.monitor, query_info)  # the same labels
     if not monitors:
         return None
     bank_size = cfg.monitor_bank_size or min(BANK_CAP, max(1, int(BANK_FRACTION * pretrain_examples)))
     query_size = cfg.monitor_query_size or min(QUERY_CAP, max(1, int(QUERY_FRACTION * pretrain_examples)))
-    return MonitorPlan(monitors, spec, bank_split, query_split, bank_size, query_size)
+    return MonitorPlan(monitors, spec, bank_split, query_split, bank_info, query_info, bank_size, query_size)
 
 
 def build_monitors(
@@ -329,8 +333,8 @@ def build_monitors(
     start = time.perf_counter()
     keys = sorted({m.label for m in plan.monitors if not m.permuted})
     size, spec = cfg.augment.image_size, plan.spec
-    bank = load_monitor_data(spec, plan.bank_split, keys, size, plan.bank_size, cfg.seed, cfg.data_dir)
-    queries = load_monitor_data(spec, plan.query_split, keys, size, plan.query_size, cfg.seed + 1, cfg.data_dir)
+    bank = load_monitor_data(spec, plan.bank_info, keys, size, plan.bank_size, cfg.seed, cfg.data_dir)
+    queries = load_monitor_data(spec, plan.query_info, keys, size, plan.query_size, cfg.seed + 1, cfg.data_dir)
     log(f"Monitors {', '.join(m.name for m in plan.monitors)} every {cfg.monitor_every} epoch(s): kNN of "
         f"{len(queries.images)} {spec}:{plan.query_split} on {len(bank.images)} {spec}:{plan.bank_split} images "
         f"(read in {time.perf_counter() - start:.1f} s)")
