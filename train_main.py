@@ -1,6 +1,7 @@
 """Pretrain a ResNet with SimSiam / MoCo v2 / ... plus the AugSelf loss, then export the backbone.
 
     python train_main.py --method=moco --augself=crop,color
+    python train_main.py --method=moco --condition=crop,color      # CASSLE: conditioned projector
     python train_main.py --flagfile=flags/stl10_simsiam_augself.cfg
 
 Defaults are a small CPU run on the embedded `shapes` data; the flagfiles in flags/ hold the paper's settings.
@@ -33,6 +34,9 @@ define_flags("", TrainConfig, FLAGS, _MODULE)  # one flag per TrainConfig option
 _DEFAULT = TrainConfig()
 flags.DEFINE_string("augself", ",".join(_DEFAULT.augself), "Comma-separated ω to predict "
                     f"({', '.join(registry.AUGSELF_CHOICES)}); '' or 'none' turns AugSelf off.")
+flags.DEFINE_string("condition", ",".join(_DEFAULT.condition) or "none", "Comma-separated augmentation descriptors "
+                    f"each view's projector is conditioned on (CASSLE; {', '.join(registry.CONDITION_CHOICES)}); "
+                    "'' or 'none' turns conditioning off.")
 # The augmentation pipeline's knobs; defaults from TrainConfig's AugmentConfig.
 flags.DEFINE_integer("image_size", _DEFAULT.augment.image_size,
                      "Side of the augmented views in pixels (paper: 96 STL10, 224 ImageNet100).")
@@ -58,6 +62,7 @@ def _config():
     from augself_tf.augment import AugmentConfig, parse_augself
 
     augself = parse_augself(FLAGS.augself)
+    condition = registry.parse_condition(FLAGS.condition)
     fields = {f.name for f in dataclasses.fields(AugmentConfig)}
     probs = {
         step.probability.field: step.probability.resolve(FLAGS[step.probability.field].value, step.name in augself)
@@ -73,8 +78,8 @@ def _config():
     for name, value in (("batch_size", FLAGS.batch_size), ("epochs", FLAGS.epochs), ("image_size", FLAGS.image_size)):
         if value <= 0:
             raise ValueError(f"--{name} must be positive, got {value}")
-    return TrainConfig(**values_from_flags("", TrainConfig, FLAGS), augself=augself, augment=augment,
-                       method_options={name: FLAGS[name].value for name in _METHOD_FLAGS})
+    return TrainConfig(**values_from_flags("", TrainConfig, FLAGS), augself=augself, condition=condition,
+                       augment=augment, method_options={name: FLAGS[name].value for name in _METHOD_FLAGS})
 
 
 def main(argv: list[str]) -> int:

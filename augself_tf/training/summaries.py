@@ -48,8 +48,10 @@ def describe_run(
 ) -> str:
     """One paragraph a user reads before a long run starts."""
     aug = ",".join(cfg.augself) or "off"
+    condition = (f" + conditioned projector[{','.join(cfg.condition)}] (MLP {cfg.condition_depth}×"
+                 f"{cfg.condition_width})" if cfg.condition else "")
     return (
-        f"Pretraining {cfg.method} + AugSelf[{aug}] (λ={cfg.augself_weight}) on {cfg.dataset}:{cfg.split} "
+        f"Pretraining {cfg.method} + AugSelf[{aug}] (λ={cfg.augself_weight}){condition} on {cfg.dataset}:{cfg.split} "
         f"({num_examples} images), {cfg.backbone} width {cfg.width} at {cfg.augment.image_size} px\n"
         f"  photometric augmentations: {photometric} ({_WHERE[photometric]})\n"
         f"  global batch {cfg.batch_size} on {replicas} replica(s), {steps_per_epoch} steps/epoch, "
