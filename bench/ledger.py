@@ -446,6 +446,12 @@ def variant_label(settings: dict) -> str:
     return "".join(parts) or "base"
 
 
+def short_label(settings: dict) -> str:
+    """``AugSelf``, ``cond``, ``AugSelf+cond``: the variant in a Δ column's header."""
+    return "+".join(name for name, key in (("AugSelf", "augself"), ("cond", "condition"))
+                    if settings[key] != "none") or "base"
+
+
 def sort_key(entry: dict) -> tuple:
     s = entry["settings"]
     return (_order(DATA_ORDER, s["data"]), json.dumps(s["budget"], sort_keys=True), _order(METHOD_ORDER, s["method"]),
@@ -486,7 +492,7 @@ def method_table(method: str, groups: dict[str, Group]) -> str:
         head.append(f"{variant_label(g.entries[0]['settings'])} (seed{'s' if len(g.seeds) > 1 else ''} "
                     f"{', '.join(map(str, g.seeds))})")
         if base is not None and v != "base":
-            head.append(f"Δ {variant_label(g.entries[0]['settings']).lstrip('+').split('{')[0]} − base")
+            head.append(f"Δ {short_label(g.entries[0]['settings'])} − base")
     with_paper = base is not None and "augself" in groups
     if with_paper:
         head.append("paper: base → AugSelf")
@@ -581,7 +587,9 @@ def render_block(entries: Sequence[dict], pending: Sequence[Arm], curves_link: s
         table, legend = wall_table(entries)
         out += ["### Wall time, machines and commits", "", table, "", "Machines:", *legend, ""]
     if pending:
-        out += ["Arms not yet in the ledger: " + ", ".join(f"`{a.name}`" for a in pending) + ".", ""]
+        note = (" The conditioned arms (`cond`: the ω-conditioned projector) run where train_main.py has "
+                "`--condition`." if any(a.condition != "none" for a in pending) else "")
+        out += ["Arms not yet in the ledger: " + ", ".join(f"`{a.name}`" for a in pending) + "." + note, ""]
     return "\n".join(out).rstrip("\n")
 
 

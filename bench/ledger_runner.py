@@ -189,6 +189,10 @@ class Lock:
 # Subprocesses
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_logged(cmd: list[str], log_path: str, ctx: Context, on_poll: Callable[[], None] | None = None) -> int:
     """Runs ``cmd`` in the repository with its output appended to ``log_path``; returns its exit status.
 
@@ -199,7 +203,10 @@ def run_logged(cmd: list[str], log_path: str, ctx: Context, on_poll: Callable[[]
     with open(log_path, "a") as f:
         f.write(f"\n$ {' '.join(cmd)}\n")
         f.flush()
-        proc = subprocess.Popen(cmd, cwd=ctx.root, stdout=f, stderr=subprocess.STDOUT, env=env)
+        # A command started in the background by a shell inherits SIGINT ignored, and so would the child:
+        # give it Python's default handling back, so that SIGINT below stops it between two steps.
+        proc = subprocess.Popen(cmd, cwd=ctx.root, stdout=f, stderr=subprocess.STDOUT, env=env,
+                                preexec_fn=_default_sigint)
         try:
             while True:
                 try:
@@ -208,13 +215,14 @@ def run_logged(cmd: list[str], log_path: str, ctx: Context, on_poll: Callable[[]
                     if on_poll is not None:
                         on_poll()
         except BaseException:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
+            for stop in (lambda: proc.send_signal(signal.SIGINT), proc.terminate, proc.kill):
+                if proc.poll() is not None:
+                    break
+                stop()
                 try:
-                    proc.wait(timeout=60)
+                    proc.wait(timeout=30)
                 except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+                    pass
             raise
 
 
@@ -521,7 +529,7 @@ def estimate(arm: Arm, ctx: Context, entries: Sequence[dict], allow_probe: bool)
     left_calls = sum(call.name not in state["evals"] for call in arm.evals)
     if left_calls:
         why.append(f"{left_calls} evaluation call(s)" + (f", {guessed} of them guessed at "
-                                                         f"{EVAL_GUESS_SECONDS / 60:.0f} min" if guessed else ""))
+                                                         f"{EVAL_GUESS_SECONDS / 60:.1f} min each" if guessed else ""))
     return Estimate(seconds, "; ".join(why))
 
 

@@ -141,7 +141,7 @@ def test_report_tables_seeds_paper_and_wall_time(tmp_path):
     simsiam = lines.index("**SimSiam**")
     head = lines[simsiam + 2]
     assert "base (seeds 0, 1, 2)" in head and "+AugSelf{crop,color} (seeds 0, 1, 2)" in head
-    assert "paper: base → AugSelf" in head
+    assert "paper: base → AugSelf" in head and "| Δ AugSelf − base |" in head
     row = next(x for x in lines[simsiam:] if x.startswith("| tiny-imagenet-mini colorperm"))
     # base 60, 62, 61 -> 61.0 ± 1.0; AugSelf 73, 72, 74 -> 73.0 ± 1.0; the paper's pretext table 24.66 -> 60.49
     assert row == ("| tiny-imagenet-mini colorperm | accuracy % | 61.0 ± 1.0 | 73.0 ± 1.0 | +12.0 | "
