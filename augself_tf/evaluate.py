@@ -1,12 +1,12 @@
 """Evaluate exported AugSelf backbones (SavedModels) with the paper's transfer protocols.
 
-Examples:
+The same program is `python -m augself_tf.evaluate`, and `python eval_main.py` in a checkout. Examples:
 
-  python eval_main.py --saved_model runs/simsiam/saved_model,runs/augself/saved_model \\
+  augself-eval --saved_model runs/simsiam/saved_model,runs/augself/saved_model \\
       --protocol linear --dataset cifar10 --image_size 96
-  python eval_main.py --saved_model runs/augself/saved_model --protocol all --dataset shapes --max_examples 500
-  python eval_main.py --saved_model m --protocol fewshot --dataset fc100 --fewshot_shots 1,5
-  python eval_main.py --saved_model m --protocol linear --dataset shapes --label_key color
+  augself-eval --saved_model runs/augself/saved_model --protocol all --dataset shapes --max_examples 500
+  augself-eval --saved_model m --protocol fewshot --dataset fc100 --fewshot_shots 1,5
+  augself-eval --saved_model m --protocol linear --dataset shapes --label_key color
 
 Writes one JSON record per (model, protocol, dataset) to --output (merged with records already there),
 pictures beside it, and prints a markdown table with one column per model and the paper's figures.
@@ -36,51 +36,69 @@ from augself_tf.flag_fields import define_flags, options_from_flags  # noqa: E40
 PROTOCOL_CHOICES = (*PROTOCOLS, "all")
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("saved_model", None, "SavedModel directory, or several separated by commas (one column each).")
+# Importing this module defines the program's flags on absl's global FLAGS, one per option of every protocol
+# registered by then (augself_tf.train's share names with them: a process imports one of the two). absl's
+# --help lists the flags of the running program, sys.argv[0]: they are this program's whichever entry point
+# imported it (augself-eval, eval_main.py, -m).
+PROGRAM = sys.argv[0] if sys.argv and sys.argv[0] else __name__
+_IN_HELP = {"module_name": PROGRAM}
+flags.DEFINE_string("saved_model", None, "SavedModel directory, or several separated by commas (one column each).",
+                   **_IN_HELP)
 flags.DEFINE_string(
     "protocol", "linear",
     "One protocol, or several separated by commas: "
     + "; ".join(f"{name} = {p.summary}" for name, p in PROTOCOLS.items())
     + f"; all = {', '.join(all_protocols())}.",
+    **_IN_HELP,
 )
-flags.DEFINE_string("dataset", "shapes", "Dataset spec: shapes, folder:PATH, a tfds name, or fc100.")
-flags.DEFINE_string("data_dir", None, "tensorflow-datasets data directory.")
+flags.DEFINE_string("dataset", "shapes", "Dataset spec: shapes, folder:PATH, a tfds name, or fc100.", **_IN_HELP)
+flags.DEFINE_string("data_dir", None, "tensorflow-datasets data directory.", **_IN_HELP)
 _DEFAULTS = EvalSettings()  # the defaults are EvalSettings' own, written once there
 flags.DEFINE_integer("image_size", _DEFAULTS.image_size, "Eval resolution: shorter side resized to it, then a "
-                     "centre crop.")
-flags.DEFINE_string("output", None, "Results JSON (default <first saved_model>/../eval/results.json).")
-flags.DEFINE_integer("batch_size", _DEFAULTS.batch_size, "Images per model call.")
+                     "centre crop.", **_IN_HELP)
+flags.DEFINE_string("output", None, "Results JSON (default <first saved_model>/../eval/results.json).", **_IN_HELP)
+flags.DEFINE_integer("batch_size", _DEFAULTS.batch_size, "Images per model call.", **_IN_HELP)
 flags.DEFINE_integer("max_examples", _DEFAULTS.max_examples, "Use at most this many examples per split "
-                     "(fixed-seed subset).")
+                     "(fixed-seed subset).", **_IN_HELP)
 flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of subsets, validation hold-out, episodes, queries and "
-                     "augmentations.")
-flags.DEFINE_string("label_key", _DEFAULTS.label_key, "Integer label to classify/probe (e.g. color for shapes).")
-# absl lists a script's own flags under sys.argv[0]: generated flags go there too, so --help shows them.
-_MODULE = sys.argv[0] if __name__ == "__main__" else __name__
+                     "augmentations.", **_IN_HELP)
+flags.DEFINE_string("label_key", _DEFAULTS.label_key, "Integer label to classify/probe (e.g. color for shapes).",
+                    **_IN_HELP)
 # The linear probe's solver is shared by linear, rotation, colorperm and robustness: --linear_backend, ...
-define_flags("linear", ProbeOptions, FLAGS, _MODULE)
+define_flags("linear", ProbeOptions, FLAGS, PROGRAM)
 for _name, _protocol in PROTOCOLS.items():  # --<protocol>_<option> for every option of every protocol
-    define_flags(_name, _protocol.options, FLAGS, _MODULE)
+    define_flags(_name, _protocol.options, FLAGS, PROGRAM)
 flags.DEFINE_enum(
     "strategy", "auto", ["auto", "one_device", "mirrored"],
     "tf.distribute strategy of fine-tuning (auto: mirrored over all GPUs, or over --cpu_replicas CPUs).",
+    **_IN_HELP,
 )
-flags.DEFINE_integer("cpu_replicas", 1, "Logical CPU devices to split the CPU into (mirrored runs without GPUs).")
+flags.DEFINE_integer("cpu_replicas", 1, "Logical CPU devices to split the CPU into (mirrored runs without GPUs).",
+                     **_IN_HELP)
 flags.DEFINE_string(
     "log_to", None,
     "Also write the results as TensorBoard scalars (eval/<protocol>/<dataset>/<metric>) into a training run, "
     "where the HParams dashboard lists them beside its settings: a model_dir (one --saved_model), or 'auto' = "
     "each SavedModel's own run (the directory holding it).",
+    **_IN_HELP,
 )
-flags.DEFINE_bool("quiet", False, "No progress lines on stderr.")
-flags.DEFINE_bool("verbose", False, "Progress lines for every value of a regularisation sweep, not one per sweep.")
+flags.DEFINE_bool("quiet", False, "No progress lines on stderr.", **_IN_HELP)
+flags.DEFINE_bool("verbose", False, "Progress lines for every value of a regularisation sweep, not one per sweep.",
+                  **_IN_HELP)
 flags.DEFINE_bool("deterministic", False, "Bit-identical reruns: op determinism and, on CPU, one thread per op "
-                  "(slower; matters for fine-tuning and the InfoNCE critic).")
+                  "(slower; matters for fine-tuning and the InfoNCE critic).", **_IN_HELP)
+
+def program_name() -> str:
+    """The command's name for error lines: ``augself-eval``, or ``eval_main`` when run as eval_main.py."""
+    name = os.path.splitext(os.path.basename(PROGRAM))[0]
+    if not name or name.startswith("-") or os.path.abspath(PROGRAM) == os.path.abspath(__file__):
+        return "augself-eval"  # python -c / python -m augself_tf.evaluate: the program is the command's
+    return name
 
 
 def fail(message: str) -> None:
     """Print one error line on stderr and exit with status 2 (bad input, no traceback)."""
-    print(f"eval_main: error: {message}", file=sys.stderr)
+    print(f"{program_name()}: error: {message}", file=sys.stderr)
     sys.exit(2)
 
 
@@ -226,5 +244,13 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The ``augself-eval`` command: parse the command line and run :func:`main`."""
+    main_module = sys.modules.get("__main__")
+    if main_module is not None and not main_module.__doc__:
+        main_module.__doc__ = __doc__  # absl's --help starts with the program's docstring: a console script has none
     app.run(main)
+
+
+if __name__ == "__main__":
+    cli()

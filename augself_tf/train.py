@@ -1,9 +1,10 @@
 """Pretrain a ResNet with SimSiam / MoCo v2 / ... plus the AugSelf loss, then export the backbone.
 
-    python train_main.py --method=moco --augself=crop,color
-    python train_main.py --flagfile=flags/stl10_simsiam_augself.cfg
+    augself-train --method=moco --augself=crop,color
+    augself-train --flagfile=flags/stl10_simsiam_augself.cfg
 
-Defaults are a small CPU run on the embedded `shapes` data; the flagfiles in flags/ hold the paper's settings.
+The same program is `python -m augself_tf.train`, and `python train_main.py` in a checkout. Defaults are a
+small CPU run on the embedded `shapes` data; the flagfiles in the repository's flags/ hold the paper's settings.
 Running the same command again resumes from the last checkpoint in --model_dir.
 """
 
@@ -27,34 +28,44 @@ from augself_tf.training.config import TrainConfig  # noqa: E402
 FLAGS = flags.FLAGS
 
 
-# absl lists a script's own flags under sys.argv[0]: the generated flags go there too, so --help shows them.
-_MODULE = sys.argv[0] if __name__ == "__main__" else __name__
-define_flags("", TrainConfig, FLAGS, _MODULE)  # one flag per TrainConfig option: its default and help
+# Importing this module defines the program's flags on absl's global FLAGS (augself_tf.evaluate's share names
+# with them: a process imports one of the two). absl's --help lists the flags of the running program,
+# sys.argv[0]: they are this program's whichever entry point imported it (augself-train, train_main.py, -m).
+PROGRAM = sys.argv[0] if sys.argv and sys.argv[0] else __name__
+_IN_HELP = {"module_name": PROGRAM}
+define_flags("", TrainConfig, FLAGS, PROGRAM)  # one flag per TrainConfig option: its default and help
 _DEFAULT = TrainConfig()
 flags.DEFINE_string("augself", ",".join(_DEFAULT.augself), "Comma-separated ω to predict "
-                    f"({', '.join(registry.AUGSELF_CHOICES)}); '' or 'none' turns AugSelf off.")
+                    f"({', '.join(registry.AUGSELF_CHOICES)}); '' or 'none' turns AugSelf off.", **_IN_HELP)
 # The augmentation pipeline's knobs; defaults from TrainConfig's AugmentConfig.
 flags.DEFINE_integer("image_size", _DEFAULT.augment.image_size,
-                     "Side of the augmented views in pixels (paper: 96 STL10, 224 ImageNet100).")
-flags.DEFINE_float("color_strength", 1.0, "Colour-jitter strength factor s (0.4s, 0.4s, 0.4s, 0.1s).")
-flags.DEFINE_float("crop_min_scale", _DEFAULT.augment.crop_scale[0], "Smallest RandomResizedCrop area fraction.")
+                     "Side of the augmented views in pixels (paper: 96 STL10, 224 ImageNet100).", **_IN_HELP)
+flags.DEFINE_float("color_strength", 1.0, "Colour-jitter strength factor s (0.4s, 0.4s, 0.4s, 0.1s).", **_IN_HELP)
+flags.DEFINE_float("crop_min_scale", _DEFAULT.augment.crop_scale[0], "Smallest RandomResizedCrop area fraction.",
+                   **_IN_HELP)
 for _step in registry.PIPELINE:  # one probability flag per augmentation, from the registry's declarations
     if _step.probability is not None:
         _knob = _step.probability
         _default = "" if _knob.when_predicted is not None else f" (default {_knob.default})"
-        flags.DEFINE_float(_knob.field, None, _knob.help + _default)
+        flags.DEFINE_float(_knob.field, None, _knob.help + _default, **_IN_HELP)
 
-_METHOD_FLAGS: dict[str, str] = {}
+#: The methods' constructor options that are flags (``{name: help}``); unset ones reach the method as None.
+METHOD_FLAGS: dict[str, str] = {}
 for _cls in METHODS.values():
     for _name, (_default, _help) in getattr(_cls, "options", {}).items():
-        if _name in _METHOD_FLAGS:
+        if _name in METHOD_FLAGS:
             continue
         _kind = flags.DEFINE_integer if isinstance(_default, int) else flags.DEFINE_float
-        _kind(_name, None, f"{_help} (default per method)")
-        _METHOD_FLAGS[_name] = _help
+        _kind(_name, None, f"{_help} (default per method)", **_IN_HELP)
+        METHOD_FLAGS[_name] = _help
 
 
-def _config():
+def config_from_flags() -> TrainConfig:
+    """The run's :class:`TrainConfig` from the parsed flags.
+
+    Raises:
+      ValueError: a flag value no run can use (an unknown augmentation, a non-positive size, ...).
+    """
     from augself_tf.augment import AugmentConfig, parse_augself
 
     augself = parse_augself(FLAGS.augself)
@@ -74,10 +85,11 @@ def _config():
         if value <= 0:
             raise ValueError(f"--{name} must be positive, got {value}")
     return TrainConfig(**values_from_flags("", TrainConfig, FLAGS), augself=augself, augment=augment,
-                       method_options={name: FLAGS[name].value for name in _METHOD_FLAGS})
+                       method_options={name: FLAGS[name].value for name in METHOD_FLAGS})
 
 
 def main(argv: list[str]) -> int:
+    """absl entry point (``app.run(main)``): train with the parsed flags; exit status 2 on bad input."""
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     if not FLAGS["verbosity"].present:
@@ -89,7 +101,7 @@ def main(argv: list[str]) -> int:
         restart_without_onednn()
 
     try:
-        cfg = _config()
+        cfg = config_from_flags()
         train(cfg)
     except (ValueError, FileNotFoundError, NonFiniteLossError) as err:
         if os.environ.get("AUGSELF_DEBUG"):
@@ -99,5 +111,13 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The ``augself-train`` command: parse the command line and run :func:`main`."""
+    main_module = sys.modules.get("__main__")
+    if main_module is not None and not main_module.__doc__:
+        main_module.__doc__ = __doc__  # absl's --help starts with the program's docstring: a console script has none
     app.run(main)
+
+
+if __name__ == "__main__":
+    cli()
