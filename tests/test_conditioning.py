@@ -49,7 +49,7 @@ def build(method: str, *, seed: int = 1, sync: bool = False, **common) -> keras.
     keras.utils.set_random_seed(seed)
     common.setdefault("augment", AugmentConfig(image_size=SIZE))
     model = build_method(method, tiny_backbone(sync), options={**SMALL, "queue_size": 16, "total_steps": 10},
-                         weight_decay=5e-4, synchronized_bn=sync, **common)
+                         synchronized_bn=sync, **common)
     model.build_all(SIZE)
     return model
 
