@@ -167,7 +167,7 @@ def test_batched_jitter_gives_each_example_its_own_order_by_every_method():
 
 
 def test_batched_jitter_takes_static_shapes_under_xla():
-    """Compiled with XLA, "auto" builds the select form, as before (dynamic partitions compile but run ~13x
+    """Compiled with XLA, "auto" builds the select form, as before (dynamic partitions compile but run ~14x
     slower there); otherwise the partition form."""
     orders = np.array(list(itertools.permutations(range(4))), np.int32)[::3]
     n = len(orders)

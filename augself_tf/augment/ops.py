@@ -185,14 +185,14 @@ def color_jitter_batch(
       order: int [B, 4], each row a permutation of {0, 1, 2, 3}; row b's adjustment at step i is order[b, i].
       applied: optional bool [B]; examples where it is False are returned unchanged (and cost nothing with
         ``"partition"``).
-      method: how the per-example order is applied; every method gives the same values (bit for bit).
+      method: how the per-example order is applied; uncompiled, both forms give the same values bit for bit.
         ``"partition"``: at each of the 4 steps the batch is split by the adjustment each example needs
         (``tf.dynamic_partition``), each adjustment runs only on its part, and ``tf.dynamic_stitch`` puts
         the parts back: 4 adjustments per example in all, whatever the mix of orders. On a 2-core CPU,
-        512 views at 96 px, ~6x less CPU than ``"select"`` (docs/benchmarks.md §4.2).
+        512 views at 96 px, 5.7x less CPU than ``"select"`` (docs/benchmarks.md §4.2).
         ``"select"``: at each step all 4 adjustments run on the whole batch and each example keeps the one
         its order names (16 adjustments per example). Static shapes only, which XLA needs: compiled, the
-        partition's dynamic shapes run ~13x slower than this on CPU.
+        partition's dynamic shapes ran ~14x slower than this on CPU.
         ``"auto"``: ``"select"`` when the op is being XLA-compiled, else ``"partition"``.
     """
     if method not in JITTER_METHODS:
