@@ -237,3 +237,12 @@ def test_no_flags_give_trainconfigs_defaults_and_every_setting_is_a_flag():
     expected = dataclasses.replace(default, method_options=method_defaults)
     assert cfg == expected
     assert (cfg.backbone, cfg.width, cfg.epochs, cfg.augment.image_size) == ("resnet18_cifar", 0.125, 10, 32)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_flagfiles_normalise_with_the_reference_codes_statistics(name):
+    """STL10 runs: (0.43, 0.42, 0.39)/(0.27, 0.26, 0.27); ImageNet100 runs: ImageNet's (the reference's Normalize)."""
+    from augself_tf.data.base import IMAGENET_MEAN, IMAGENET_STD, STL10_MEAN, STL10_STD
+
+    expected = (STL10_MEAN, STL10_STD) if name.startswith("stl10") else (IMAGENET_MEAN, IMAGENET_STD)
+    assert parse(name).input_statistics((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)) == expected
