@@ -353,7 +353,7 @@ def test_tfds_manual_download_dataset_says_where_archives_go(tmp_path):
 
 
 def test_train_main_unprepared_tfds_is_one_error_line_exit_2(tmp_path):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.run(
         [sys.executable, os.path.join(REPO, "train_main.py"), "--dataset=cifar10", "--max_steps=1",
          f"--data_dir={tmp_path}", f"--model_dir={tmp_path / 'model'}"],
