@@ -167,7 +167,7 @@ class TrainStep:
         from augself_tf.methods import build_method
         from augself_tf.models.resnet import build_backbone
         from augself_tf.training.loop import make_distributed_step
-        from augself_tf.training.optim import build_optimizer, scaled_learning_rate
+        from augself_tf.training.optim import build_optimizer
 
         self.spec = spec
         if strategy is None:
@@ -182,12 +182,12 @@ class TrainStep:
                 backbone = build_backbone(spec.backbone, spec.width, synchronized_bn=False)
                 model = build_method(
                     spec.method, backbone, options={"total_steps": 1000}, augself=spec.augself,
-                    augself_weight=1.0, weight_decay=5e-4, synchronized_bn=False,
+                    augself_weight=1.0, synchronized_bn=False,
                 )
                 model.build_all(spec.image_size)
-                optimizer = build_optimizer(0.03, spec.batch_size, 1000, mixed_precision=spec.mixed_precision)
+                optimizer = build_optimizer(0.03, spec.batch_size, 1000, mixed_precision=spec.mixed_precision,
+                                            weight_decay=5e-4, constant_lr_variables=model.constant_lr_variables())
                 model.compile(optimizer=optimizer)
-                model.base_learning_rate = scaled_learning_rate(0.03, spec.batch_size)
                 optimizer.build(model.optimized_variables())
         finally:
             keras.mixed_precision.set_global_policy(previous)

@@ -35,8 +35,9 @@ SMALL = {
 def tiny_backbone(sync: bool = False) -> keras.Model:
     """Conv 3×3/2 (6 channels) – BN – ReLU – global average pooling: 6-d features."""
     x = keras.Input([None, None, 3])
-    y = keras.layers.Conv2D(6, 3, strides=2, padding="same", use_bias=False)(x)
-    y = keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5, synchronized=sync)(y)
+    # Named like every layer of the library's own models: checkpoint keys are layer names, not creation order.
+    y = keras.layers.Conv2D(6, 3, strides=2, padding="same", use_bias=False, name="tiny_conv")(x)
+    y = keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5, synchronized=sync, name="tiny_bn")(y)
     y = keras.layers.ReLU()(y)
     y = keras.layers.GlobalAveragePooling2D()(y)
     return keras.Model(x, y, name="tiny")
@@ -47,7 +48,7 @@ def make_model(method: str, augself=("crop", "color"), *, sync: bool = False, se
     """A built method model on the tiny backbone (or a 1/8-width ResNet-18), `SMALL` heads unless overridden."""
     keras.utils.set_random_seed(seed)
     backbone = build_backbone("resnet18_cifar", 0.125, synchronized_bn=sync) if resnet else tiny_backbone(sync)
-    model = build_method(method, backbone, options={**SMALL, **options}, augself=augself, weight_decay=5e-4,
+    model = build_method(method, backbone, options={**SMALL, **options}, augself=augself,
                          synchronized_bn=sync)
     model.build_all(image_size)
     return model
@@ -87,11 +88,12 @@ def half(tree, i: int):
 
 def compile_model(model: AugSelfModel, strategy: tf.distribute.Strategy | None = None, lr: float = 0.05,
                   total_steps: int = 100) -> None:
-    """SGD with the training loop's schedule, built on the optimized variables, as train() does."""
+    """SGD with the training loop's schedule and coupled L2 5e-4, built on the optimized variables, as train()
+    does."""
     with strategy.scope() if strategy else contextlib.nullcontext():
-        model.compile(optimizer=build_optimizer(lr, 256, total_steps))
+        model.compile(optimizer=build_optimizer(lr, 256, total_steps, weight_decay=5e-4,
+                                                constant_lr_variables=model.constant_lr_variables()))
         model.optimizer.build(model.optimized_variables())
-    model.base_learning_rate = lr
 
 
 def run_steps(model: AugSelfModel, batches: list[dict], strategy: tf.distribute.Strategy | None = None) -> list[dict]:

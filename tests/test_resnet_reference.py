@@ -1,4 +1,5 @@
-"""Our ResNets compute torchvision's function: an independent NumPy forward pass (symmetric zero padding,
+"""Our ResNets compute torchvision's function on normalised input: an independent NumPy forward pass
+(the reference's Normalize(mean, std) transform first, symmetric zero padding,
 inference-mode BN, max-pool padded with -inf, stride on the bottleneck's 3x3 conv) given the same weights.
 Also the reference code's initialisation (PyTorch defaults, zero-init residual BN)."""
 
@@ -42,8 +43,13 @@ def relu(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, 0.0)
 
 
+STL10_MEAN, STL10_STD = np.array([0.43, 0.42, 0.39]), np.array([0.27, 0.26, 0.27])
+
+
 def reference_forward(x: np.ndarray, weights: dict, name: str) -> np.ndarray:
-    """torchvision's ResNet (v1.5) forward from a {layer name: weights} dict, in float64."""
+    """torchvision's Normalize(STL10's mean, std) then its ResNet (v1.5) forward from a {layer name: weights}
+    dict, in float64."""
+    x = (x - STL10_MEAN) / STL10_STD
     kind, depths = {"resnet18": ("basic", (2, 2, 2, 2)), "resnet50": ("bottleneck", (3, 4, 6, 3)),
                     "resnet18_cifar": ("basic", (2, 2, 2, 2))}[name]
     if name == "resnet18_cifar":
@@ -73,7 +79,7 @@ def randomise_bn_and_read_weights(model: keras.Model, rng: np.random.Generator) 
     """Gives every BN non-trivial statistics and affine terms (γ ≠ 0 too), returns the weights by layer name."""
     weights = {}
     for layer in model.layers:
-        if "BatchNormalization" in type(layer).__name__:
+        if isinstance(layer, keras.layers.BatchNormalization):
             c = layer.gamma.shape[0]
             bn = {"gamma": rng.uniform(0.5, 1.5, c), "beta": rng.normal(0, 0.2, c),
                   "mean": rng.normal(0, 0.2, c), "var": rng.uniform(0.5, 2.0, c)}
@@ -92,7 +98,7 @@ def randomise_bn_and_read_weights(model: keras.Model, rng: np.random.Generator) 
 def test_backbone_equals_an_independent_torchvision_forward(name: str, width: float, size: tuple[int, int]) -> None:
     """Random BN statistics/affines (γ ≠ 0 everywhere), odd and even sizes: Keras in inference mode equals NumPy."""
     rng = np.random.default_rng(0)
-    model = build_backbone(name, width)
+    model = build_backbone(name, width, input_mean=tuple(STL10_MEAN), input_std=tuple(STL10_STD))
     weights = randomise_bn_and_read_weights(model, rng)
     x = rng.uniform(0, 1, (2, *size, 3))
     ours = model(x.astype(np.float32), training=False).numpy()
@@ -113,7 +119,7 @@ def test_initialisation_is_the_reference_codes() -> None:
             assert np.abs(w).max() <= bound and np.abs(w).max() > 0.9 * bound, layer.name
             if w.size > 1000:
                 np.testing.assert_allclose(w.std(), bound / np.sqrt(3), rtol=0.1, err_msg=layer.name)
-        if "BatchNormalization" in type(layer).__name__:
+        if isinstance(layer, keras.layers.BatchNormalization):
             gamma = layer.gamma.numpy()
             last = layer.name.endswith("_bn2") and "down" not in layer.name
             assert np.all(gamma == (0.0 if last else 1.0)), layer.name

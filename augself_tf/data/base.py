@@ -12,6 +12,12 @@ from typing import Protocol
 
 import tensorflow as tf
 
+# Per-channel statistics of [0, 1] pixels that models normalise their input with (the reference code's
+# Normalize): torchvision's ImageNet values, which are also ImageNet100's and every other source's default,
+# and the paper's STL10 values.
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+STL10_MEAN, STL10_STD = (0.43, 0.42, 0.39), (0.27, 0.26, 0.27)
+
 _UNKNOWN = "unknown dataset {spec!r}: use a tfds name (stl10, cifar10, ...), 'folder:PATH' or 'shapes'"
 
 
@@ -30,6 +36,7 @@ class SourceInfo:
       image_size: native (height, width) when every image has it, else None.
       splits: the source's named splits.
       notes: free text (split partition rule, bbox convention, ...).
+      mean, std: per-channel statistics a model pretrained on this source normalises its input with.
     """
 
     name: str
@@ -42,6 +49,8 @@ class SourceInfo:
     image_size: tuple[int, int] | None = None
     splits: tuple[str, ...] = ()
     notes: str = ""
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
 
     @property
     def extra_label_keys(self) -> list[str]:

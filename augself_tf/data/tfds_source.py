@@ -27,7 +27,17 @@ from typing import Any
 
 import tensorflow as tf
 
-from augself_tf.data.base import DatasetNotPreparedError, SourceInfo, unknown_dataset_error, unknown_split_error
+from augself_tf.data.base import (
+    STL10_MEAN,
+    STL10_STD,
+    DatasetNotPreparedError,
+    SourceInfo,
+    unknown_dataset_error,
+    unknown_split_error,
+)
+
+# The input statistics the paper's code uses for a tfds dataset it pretrains on (others: ImageNet's).
+_STATISTICS = {"stl10": {"mean": STL10_MEAN, "std": STL10_STD}}
 
 
 def _tfds() -> Any:
@@ -202,6 +212,7 @@ def info(name: str, split: str, *, data_dir: str | None = None, require_prepared
         image_size=image_size,
         splits=declared_splits(builder),
         notes=f"tfds {builder.info.full_name}" + (", bbox = tfds BBoxFeature" if has_bbox else ""),
+        **_STATISTICS.get(name.split(":")[0].split("/")[0], {}),
     )
 
 

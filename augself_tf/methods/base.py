@@ -2,8 +2,9 @@
 
 A method (SimSiam, MoCo, ...) subclasses `AugSelfModel` and writes only its own heads in `__init__` and
 `build_heads`, and its loss in `method_loss` (or `method_forward` when view 2 does not go through the online
-backbone, as in MoCo). Everything else — both AugSelf orders, λ, cross-replica loss scaling, coupled L2
-weight decay, mixed-precision loss scaling, constant-lr parameter groups, post-step updates — lives here.
+backbone, as in MoCo). Everything else — both AugSelf orders, λ, cross-replica loss scaling, mixed-precision
+loss scaling, post-step updates — lives here; coupled L2 and the constant-lr group are the optimizer's
+(:class:`augself_tf.training.optim.TorchSGD`), which reads `constant_lr_variables`.
 docs/architecture.md ("Adding a method") walks through a new method.
 """
 
@@ -74,8 +75,6 @@ class AugSelfModel(keras.Model):
       backbone: a Keras model mapping images [N,H,W,3] to pooled features [N,d].
       augself: names of the augmentations whose ω difference is predicted (keys of `AUGMENTATIONS`).
       augself_weight: λ in L = L_method + λ·Σ_aug L_aug.
-      weight_decay: coupled L2 coefficient added to every gradient (PyTorch SGD semantics, which the
-        paper's numbers come from; Keras' own `weight_decay` is decoupled and is not used).
       synchronized_bn: cross-replica batch statistics in the heads.
       augment: the augmentation settings, for the device stage of a batch made with
         ``photometric="device"`` (``finish_views`` runs at the start of every step, per replica).
@@ -98,7 +97,6 @@ class AugSelfModel(keras.Model):
         backbone: keras.Model,
         augself: tuple[str, ...] = (),
         augself_weight: float = 1.0,
-        weight_decay: float = 0.0,
         synchronized_bn: bool = False,
         augment: AugmentConfig | None = None,
         **kwargs,
@@ -113,7 +111,6 @@ class AugSelfModel(keras.Model):
         self.feature_dim = int(backbone.output_shape[-1])
         self.augself = tuple(augself)
         self.augself_weight = float(augself_weight)
-        self.weight_decay = float(weight_decay)
         self.synchronized_bn = synchronized_bn
         self.augment_config = augment or AugmentConfig()
         self.augself_heads = {
@@ -124,7 +121,6 @@ class AugSelfModel(keras.Model):
             )
             for name in self.augself
         }
-        self.base_learning_rate: float | None = None
 
     # ----------------------------------------------------------------- hooks for methods
     def method_loss(self, f1: tf.Tensor, f2: tf.Tensor, batch: dict, training: bool) -> tuple[tf.Tensor, dict]:
@@ -213,28 +209,7 @@ class AugSelfModel(keras.Model):
             scaled = total / replicas
             scaled = self.optimizer.scale_loss(scaled)
         grads = tape.gradient(scaled, variables)
-        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
-            # apply() unscales; the L2 term below must be pre-scaled to survive that.
-            scale = self.optimizer.dynamic_scale
-        else:
-            scale = 1.0
-        constant = {id(v) for v in self.constant_lr_variables()}
-        lr = tf.cast(self.optimizer.learning_rate, tf.float32)
-        lr_ratio = tf.constant(1.0)
-        if self.base_learning_rate is not None and constant:
-            lr_ratio = self.base_learning_rate / tf.maximum(lr, 1e-12)
-        new_grads = []
-        for g, v in zip(grads, variables, strict=True):
-            if g is None:
-                new_grads.append(g)
-                continue
-            if self.weight_decay:
-                g = g + tf.cast(scale * self.weight_decay / replicas, g.dtype) * tf.cast(v, g.dtype)
-            if id(v) in constant:
-                # Keras SGD applies v ← m·v − lr·g; feeding g·lr0/lr makes the step lr0·g: a constant lr.
-                g = g * tf.cast(lr_ratio, g.dtype)
-            new_grads.append(g)
-        self.optimizer.apply(new_grads, variables)
+        self.optimizer.apply(grads, variables)
         self.post_step(batch, forward)
-        logs["lr"] = lr
+        logs["lr"] = tf.cast(self.optimizer.learning_rate, tf.float32)
         return logs

@@ -1,5 +1,7 @@
 """ResNet backbones (He et al. 2016) returning global-average-pooled features.
 
+The first layer normalises [0, 1] pixels with the pretraining set's mean and std, as the reference code's last
+transform does, so a SavedModel takes [0, 1] images and needs nothing else.
 `resnet18` / `resnet50` use the ImageNet stem (7×7 stride-2 conv + max-pool); `resnet18_cifar` uses a 3×3
 stride-1 stem without max-pool for 32 px images. They compute torchvision's function (symmetric padding,
 stride on the bottleneck's 3×3 conv; tested against an independent NumPy forward pass) and start from the
@@ -14,7 +16,8 @@ from collections.abc import Callable
 import keras
 from keras import KerasTensor, layers
 
-from augself_tf.models.sync_bn import SyncBatchNormalization
+from augself_tf.data.base import IMAGENET_MEAN, IMAGENET_STD
+from augself_tf.models.batch_norm import BatchNorm
 from augself_tf.models.torch_init import Linear, torch_default_kernel
 
 BACKBONES = ("resnet18", "resnet50", "resnet18_cifar")
@@ -27,19 +30,49 @@ _STAGES = {
 
 
 def batch_norm(synchronized: bool, zero_init: bool = False, name: str | None = None) -> layers.Layer:
-    """BN with PyTorch's defaults (momentum 0.1 there = 0.9 here, eps 1e-5) so the paper's recipe carries
-    over; `synchronized`: statistics over all replicas (:class:`SyncBatchNormalization`)."""
-    kind = SyncBatchNormalization if synchronized else layers.BatchNormalization
-    return kind(momentum=0.9, epsilon=1e-5, gamma_initializer="zeros" if zero_init else "ones", name=name)
+    """BN with PyTorch's defaults (momentum 0.1 there = 0.9 here, eps 1e-5) and its unbiased moving variance
+    (:class:`BatchNorm`); `synchronized`: statistics over all replicas."""
+    return BatchNorm(synchronized=synchronized, momentum=0.9, epsilon=1e-5,
+                     gamma_initializer="zeros" if zero_init else "ones", name=name)
+
+
+@keras.saving.register_keras_serializable(package="augself_tf")
+class InputNormalization(layers.Layer):
+    """(x − mean) / std per channel with constant statistics (no weights, so nothing to train or restore).
+
+    Args:
+      mean, std: three per-channel values for images in [0, 1].
+    """
+
+    def __init__(self, mean: tuple[float, ...] = IMAGENET_MEAN, std: tuple[float, ...] = IMAGENET_STD,
+                 **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.mean = tuple(float(m) for m in mean)
+        self.std = tuple(float(s) for s in std)
+        if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
+            raise ValueError(f"input normalisation needs 3 means and 3 positive stds, got {mean} and {std}")
+
+    def call(self, inputs):
+        x = keras.ops.cast(inputs, self.compute_dtype)
+        mean = keras.ops.convert_to_tensor(self.mean, self.compute_dtype)
+        scale = keras.ops.convert_to_tensor([1.0 / s for s in self.std], self.compute_dtype)
+        return (x - mean) * scale
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "mean": list(self.mean), "std": list(self.std)}
 
 
 def _conv(filters: int, kernel: int, stride: int, name: str) -> Callable[[KerasTensor], KerasTensor]:
-    """Conv k×k without bias, padded k//2 on EVERY side as PyTorch pads (Keras' "same" pads only the
-    bottom/right at stride 2, which shifts each strided conv by a pixel against its shortcut), PyTorch's
-    default initialisation (the reference code's)."""
-    conv = layers.Conv2D(filters, kernel, strides=stride, padding="valid", use_bias=False,
-                         kernel_initializer=torch_default_kernel(), name=name)
-    if kernel == 1:
+    """Conv k×k without bias with PyTorch's padding k//2 on every side and its default initialisation.
+
+    Keras' "same" is already that at stride 1 (odd k); at stride 2 it pads only the bottom/right, which
+    shifts each strided conv by a pixel against its shortcut, so only strided convs are padded explicitly
+    (explicit padding everywhere cost 18–34% of a CPU step).
+    """
+    explicit = kernel > 1 and stride > 1
+    conv = layers.Conv2D(filters, kernel, strides=stride, padding="valid" if explicit else "same",
+                         use_bias=False, kernel_initializer=torch_default_kernel(), name=name)
+    if not explicit:
         return conv
     pad = layers.ZeroPadding2D(kernel // 2, name=f"{name}_pad")
     return lambda x: conv(pad(x))
@@ -71,6 +104,8 @@ def build_backbone(
     width: float = 1.0,
     synchronized_bn: bool = False,
     model_name: str | None = None,
+    input_mean: tuple[float, ...] = IMAGENET_MEAN,
+    input_std: tuple[float, ...] = IMAGENET_STD,
 ) -> keras.Model:
     """Builds a ResNet feature extractor mapping [N, H, W, 3] images to [N, d] pooled features.
 
@@ -79,6 +114,8 @@ def build_backbone(
       width: multiplier on every stage's channel count (1.0 = the standard network; 0.25 for CPU runs).
       synchronized_bn: use cross-replica batch statistics (for multi-device training).
       model_name: Keras name of the returned model.
+      input_mean, input_std: per-channel statistics the first layer normalises [0, 1] images with
+        (the pretraining set's, as the reference code; ImageNet's by default).
     """
     if name not in _STAGES:
         raise ValueError(f"unknown backbone '{name}'; choose from {', '.join(BACKBONES)}")
@@ -87,13 +124,14 @@ def build_backbone(
     kind, depths, stem = _STAGES[name]
     base = max(1, int(round(64 * width)))
     inputs = keras.Input((None, None, 3), name="images")
+    x = InputNormalization(input_mean, input_std, name="input_normalization")(inputs)
     if stem == "imagenet":
-        x = _conv(base, 7, 2, "stem_conv")(inputs)
+        x = _conv(base, 7, 2, "stem_conv")(x)
         x = layers.ReLU()(batch_norm(synchronized_bn, name="stem_bn")(x))
         # torchvision pads with -inf; post-ReLU values are >= 0 and each window holds a real pixel: 0-pad is exact.
         x = layers.MaxPooling2D(3, 2, padding="valid")(layers.ZeroPadding2D(1, name="stem_pool_pad")(x))
     else:
-        x = _conv(base, 3, 1, "stem_conv")(inputs)
+        x = _conv(base, 3, 1, "stem_conv")(x)
         x = layers.ReLU()(batch_norm(synchronized_bn, name="stem_bn")(x))
     for stage, depth in enumerate(depths):
         for i in range(depth):

@@ -39,6 +39,12 @@ class TrainConfig:
     data_dir: str | None = option(None, "tensorflow-datasets data_dir.")
     backbone: str = option("resnet18_cifar", "Backbone.", choices=BACKBONES)
     width: float = option(0.125, "Channel multiplier of the backbone (1.0 = standard ResNet).")
+    input_mean: str | None = option(None, "Per-channel mean R,G,B the backbone's first layer subtracts from [0, 1] "
+                                          "pixels (default: the pretraining data's; STL10 0.43,0.42,0.39, else "
+                                          "ImageNet's 0.485,0.456,0.406, as the paper's code).")
+    input_std: str | None = option(None, "Per-channel std R,G,B the backbone's first layer divides by (default: the "
+                                         "pretraining data's; STL10 0.27,0.26,0.27, else ImageNet's "
+                                         "0.229,0.224,0.225).")
     augment: AugmentConfig = dataclasses.field(default_factory=lambda: AugmentConfig(image_size=CPU_IMAGE_SIZE))
     batch_size: int = option(256, "GLOBAL batch size (split over replicas).")
     epochs: int = option(10, "Training epochs.")
@@ -83,9 +89,32 @@ class TrainConfig:
     verbose: int = 1
     on_step: Callable[[int], None] | None = None  # called after each step (tests use it to interrupt)
 
+    def input_statistics(self, data_mean: tuple[float, ...], data_std: tuple[float, ...]
+                         ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """(mean, std) the backbone normalises with: the flags where set, else the pretraining data's.
+
+        Raises:
+          ValueError: a flag that is not three numbers (std positive).
+        """
+        return (_three("input_mean", self.input_mean, data_mean),
+                _three("input_std", self.input_std, data_std, positive=True))
+
     def resolved_model_dir(self) -> str:
         """``model_dir``, or runs/<method>[_augself_<augs>] when unset."""
         if self.model_dir:
             return self.model_dir
         suffix = f"_augself_{'_'.join(self.augself)}" if self.augself else ""
         return os.path.join("runs", self.method + suffix)
+
+
+def _three(flag: str, text: str | None, default: tuple[float, ...], positive: bool = False) -> tuple[float, ...]:
+    if text is None or not str(text).strip():
+        return tuple(float(v) for v in default)
+    try:
+        values = tuple(float(v) for v in str(text).split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 3 or (positive and min(values) <= 0):
+        kind = "positive numbers" if positive else "numbers"
+        raise ValueError(f"--{flag} must be three comma-separated {kind} (R,G,B), got {text!r}")
+    return values

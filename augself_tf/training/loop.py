@@ -21,11 +21,17 @@ from augself_tf.methods.base import AugSelfModel
 from augself_tf.models.resnet import build_backbone
 from augself_tf.progress import Progress
 from augself_tf.training import summaries
+from augself_tf.training.checkpoints import (
+    check_run_settings,
+    make_checkpoint,
+    restore,
+    training_state,
+)
 from augself_tf.training.config import TrainConfig
 from augself_tf.training.determinism import make_deterministic
 from augself_tf.training.hparams import write_run_hparams
 from augself_tf.training.monitors import build_monitors, plan_monitors
-from augself_tf.training.optim import build_optimizer, scaled_learning_rate
+from augself_tf.training.optim import build_optimizer
 from augself_tf.training.strategy import is_chief, make_strategy
 
 
@@ -160,6 +166,7 @@ def train(cfg: TrainConfig) -> TrainResult:
     needs_labels_ok = info.num_classes is not None and info.num_classes > 0
     monitor_plan = plan_monitors(cfg, info.num_examples)  # bad monitor flags fail before the model is built
 
+    input_mean, input_std = cfg.input_statistics(info.mean, info.std)
     model_dir = os.path.abspath(cfg.model_dir)
     # Non-chief workers must still take part in saving (collectives), but write to scratch space.
     write_dir = model_dir if chief else tempfile.mkdtemp(prefix="augself_worker_")
@@ -167,7 +174,8 @@ def train(cfg: TrainConfig) -> TrainResult:
     tb_dir = os.path.join(model_dir, "tensorboard")
 
     with strategy.scope():
-        backbone = build_backbone(cfg.backbone, cfg.width, synchronized_bn=replicas > 1)
+        backbone = build_backbone(cfg.backbone, cfg.width, synchronized_bn=replicas > 1, input_mean=input_mean,
+                                  input_std=input_std)
         options = dict(cfg.method_options)
         if METHODS.get(cfg.method, AugSelfModel).needs_labels:
             if not needs_labels_ok:
@@ -185,22 +193,26 @@ def train(cfg: TrainConfig) -> TrainResult:
             options=options,
             augself=cfg.augself,
             augself_weight=cfg.augself_weight,
-            weight_decay=cfg.weight_decay,
             synchronized_bn=replicas > 1,
             augment=cfg.augment,
         )
         model.build_all(cfg.augment.image_size)
-        optimizer = build_optimizer(cfg.lr, cfg.batch_size, total_steps, mixed_precision=cfg.mixed_precision)
+        optimizer = build_optimizer(cfg.lr, cfg.batch_size, total_steps, mixed_precision=cfg.mixed_precision,
+                                    weight_decay=cfg.weight_decay,
+                                    constant_lr_variables=model.constant_lr_variables())
         model.compile(optimizer=optimizer)
-        model.base_learning_rate = scaled_learning_rate(cfg.lr, cfg.batch_size)
         optimizer.build(model.optimized_variables())
-        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+        state = training_state(model, optimizer)
+        checkpoint = make_checkpoint(model, optimizer)
     manager = tf.train.CheckpointManager(checkpoint, ckpt_dir, max_to_keep=cfg.keep_checkpoints)
     # Every worker resumes from the CHIEF's checkpoints (model_dir must be shared by all workers): a
     # non-chief's own scratch dir is new on every launch, and workers at different steps would deadlock.
     latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
+    settings = {**dataclasses.asdict(dataclasses.replace(cfg, on_step=None, augment=None)),
+                "input_mean": input_mean, "input_std": input_std}
+    check_run_settings(model_dir, settings, write=chief)
     if latest:
-        checkpoint.restore(latest).assert_existing_objects_matched()
+        restore(checkpoint, latest, state)
         _log(cfg, f"Resumed from {latest}")
     step = int(optimizer.iterations.numpy())
     if step >= total_steps:
@@ -222,7 +234,7 @@ def train(cfg: TrainConfig) -> TrainResult:
     if writer is not None and step == 0:  # once per run: a resumed run is the same HParams session
         write_run_hparams(writer, cfg, trial_id=os.path.basename(model_dir))
     _log(cfg, summaries.describe_run(cfg, replicas, info.num_examples, steps_per_epoch, total_steps,
-                                     cfg.photometric))  # resolved at the top of train()
+                                     cfg.photometric, (input_mean, input_std)))  # resolved at the top of train()
     # In a log file: about 50 lines per run, each on a logging step so its losses are fresh.
     progress = Progress(total_steps, "pretrain", enabled=bool(cfg.verbose), line_multiple=cfg.log_every)
     monitors = None

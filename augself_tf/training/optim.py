@@ -1,18 +1,88 @@
-"""SGD with momentum 0.9 on a cosine schedule without restarts, the paper's recipe.
+"""SGD with momentum 0.9 on a cosine schedule without restarts, with `torch.optim.SGD`'s semantics.
 
-Weight decay is NOT set on the Keras optimizer: Keras' `weight_decay` is decoupled (AdamW-style), while the
-paper's numbers come from PyTorch SGD's coupled L2 (gradient += wd·θ). `AugSelfModel.train_step` adds the
-coupled term to the gradients itself.
+The paper's numbers come from PyTorch's SGD, which differs from `keras.optimizers.SGD` in two ways that
+change what trains:
+- weight decay is COUPLED (g ← g + wd·θ, so it passes through the momentum); Keras' is decoupled;
+- the momentum buffer is kept in gradient units (b ← μ·b + g; θ ← θ − lr·b), so a new lr applies to the
+  whole buffer. Keras folds lr into the buffer (v ← μ·v − lr·g; θ ← θ + v): the two agree only while lr is
+  constant, and near the end of a cosine schedule Keras keeps applying steps taken at larger rates.
+:class:`TorchSGD` does both, plus the reference's parameter group at a constant lr (SimSiam's predictor).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import keras
+import tensorflow as tf
 
 
 def scaled_learning_rate(base_lr: float, global_batch_size: int) -> float:
     """The linear scaling rule lr = base_lr · batch / 256 used by SimSiam, MoCo and the paper."""
     return base_lr * global_batch_size / 256.0
+
+
+class TorchSGD(keras.optimizers.Optimizer):
+    """`torch.optim.SGD(momentum, weight_decay)` (dampening 0, no Nesterov) as a Keras optimizer.
+
+    Args:
+      learning_rate: a float or a schedule of the optimizer's step.
+      momentum: μ of b ← μ·b + g.
+      l2: coupled weight decay: g ← g + l2·θ on every variable (BN and biases too, as the reference).
+      constant_lr: the learning rate of `constant_lr_variables`, whatever the schedule says.
+      constant_lr_variables: the variables of the reference's constant-lr parameter group.
+    """
+
+    def __init__(
+        self,
+        learning_rate: float | keras.optimizers.schedules.LearningRateSchedule = 0.01,
+        momentum: float = 0.9,
+        l2: float = 0.0,
+        constant_lr: float | None = None,
+        constant_lr_variables: Iterable[tf.Variable] = (),
+        name: str = "torch_sgd",
+        **kwargs,
+    ) -> None:
+        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+        if not 0.0 <= momentum < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+        if l2 < 0:
+            raise ValueError(f"weight decay (l2) must be >= 0, got {l2}")
+        constant = list(constant_lr_variables)
+        if constant and constant_lr is None:
+            raise ValueError("constant_lr_variables need a constant_lr")
+        self.momentum = float(momentum)
+        self.l2 = float(l2)
+        self.constant_lr = constant_lr
+        self._constant_ids = {id(v) for v in constant}
+        self._is_constant: list[bool] = []
+
+    def build(self, variables: list) -> None:
+        """Creates one momentum buffer per variable (zeros: the first step's buffer is g, as PyTorch's)."""
+        if self.built:
+            return
+        super().build(variables)
+        self._is_constant = [id(v) in self._constant_ids for v in variables]
+        missing = len(self._constant_ids) - sum(self._is_constant)
+        if missing:
+            raise ValueError(f"{missing} constant-lr variables are not among the optimized variables")
+        self.momentums = self.add_optimizer_variables(variables, "momentum") if self.momentum else []
+
+    def update_step(self, gradient, variable, learning_rate) -> None:
+        i = self._get_variable_index(variable)
+        lr = self.constant_lr if self._is_constant[i] else learning_rate
+        lr = tf.cast(lr, variable.dtype)
+        g = tf.cast(gradient, variable.dtype)
+        if self.l2:
+            g = g + tf.cast(self.l2, variable.dtype) * variable
+        if self.momentum:
+            buffer = self.momentums[i]
+            self.assign(buffer, tf.cast(self.momentum, variable.dtype) * buffer + g)
+            g = buffer
+        self.assign_sub(variable, lr * g)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "momentum": self.momentum, "l2": self.l2, "constant_lr": self.constant_lr}
 
 
 def build_optimizer(
@@ -21,11 +91,15 @@ def build_optimizer(
     total_steps: int,
     momentum: float = 0.9,
     mixed_precision: str | None = None,
+    weight_decay: float = 0.0,
+    constant_lr_variables: Iterable[tf.Variable] = (),
 ) -> keras.optimizers.Optimizer:
-    """SGD(momentum) with cosine decay over `total_steps` from the batch-scaled learning rate."""
+    """:class:`TorchSGD` with cosine decay over `total_steps` from the batch-scaled learning rate; the
+    `constant_lr_variables` stay at that scaled rate. float16 wraps it in dynamic loss scaling."""
     lr = scaled_learning_rate(base_lr, global_batch_size)
     schedule = keras.optimizers.schedules.CosineDecay(lr, decay_steps=max(1, total_steps))
-    optimizer = keras.optimizers.SGD(learning_rate=schedule, momentum=momentum)
+    optimizer = TorchSGD(schedule, momentum=momentum, l2=weight_decay, constant_lr=lr,
+                         constant_lr_variables=constant_lr_variables)
     if mixed_precision == "float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer

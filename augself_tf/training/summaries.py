@@ -44,14 +44,19 @@ _WHERE = {"host": "in the tf.data pipeline", "device": "batched in the training 
 
 
 def describe_run(
-    cfg, replicas: int, num_examples: int, steps_per_epoch: int, total_steps: int, photometric: str = "host"
+    cfg, replicas: int, num_examples: int, steps_per_epoch: int, total_steps: int, photometric: str = "host",
+    input_statistics: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
 ) -> str:
     """One paragraph a user reads before a long run starts."""
     aug = ",".join(cfg.augself) or "off"
+    norm = ""
+    if input_statistics is not None:
+        mean, std = (",".join(f"{v:g}" for v in t) for t in input_statistics)
+        norm = f"  input normalised with mean {mean}, std {std} (--input_mean, --input_std)\n"
     return (
         f"Pretraining {cfg.method} + AugSelf[{aug}] (λ={cfg.augself_weight}) on {cfg.dataset}:{cfg.split} "
         f"({num_examples} images), {cfg.backbone} width {cfg.width} at {cfg.augment.image_size} px\n"
-        f"  photometric augmentations: {photometric} ({_WHERE[photometric]})\n"
+        f"  photometric augmentations: {photometric} ({_WHERE[photometric]})\n{norm}"
         f"  global batch {cfg.batch_size} on {replicas} replica(s), {steps_per_epoch} steps/epoch, "
         f"{total_steps} steps, lr {cfg.lr}×batch/256, coupled L2 {cfg.weight_decay}\n"
         f"  model_dir {cfg.model_dir}"

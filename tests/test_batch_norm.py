@@ -1,5 +1,5 @@
-"""SyncBatchNormalization: on two replicas, the same outputs, moving statistics and gradients as one BN
-over the whole batch on one device (and as Keras's own synchronized BN)."""
+"""BatchNorm: PyTorch's moving statistics (unbiased variance) against the formula; synchronized on two
+replicas, the same outputs, moving statistics and gradients as one BN over the whole batch on one device."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import tensorflow as tf
 from conftest import mirrored_cpus
 from keras import layers
 
-from augself_tf.models.sync_bn import SyncBatchNormalization
+from augself_tf.models.batch_norm import BatchNorm
 
 
 def _run(make_bn, strategy, x: np.ndarray, w: np.ndarray):
@@ -48,13 +48,39 @@ def test_two_replicas_equal_one_device_and_keras_synchronized(shape):
     rng = np.random.default_rng(0)
     x = (rng.normal(size=shape) * 2 + 1).astype(np.float32)
     w = rng.normal(size=shape).astype(np.float32)
-    one = _run(lambda: layers.BatchNormalization(momentum=0.9, epsilon=1e-5), tf.distribute.get_strategy(), x, w)
-    ours = _run(lambda: SyncBatchNormalization(momentum=0.9, epsilon=1e-5), mirrored_cpus(), x, w)
+    one = _run(lambda: BatchNorm(momentum=0.9, epsilon=1e-5), tf.distribute.get_strategy(), x, w)
+    ours = _run(lambda: BatchNorm(synchronized=True, momentum=0.9, epsilon=1e-5), mirrored_cpus(), x, w)
     keras_sync = _run(lambda: layers.BatchNormalization(momentum=0.9, epsilon=1e-5, synchronized=True),
                       mirrored_cpus(), x, w)
-    local = _run(lambda: layers.BatchNormalization(momentum=0.9, epsilon=1e-5), mirrored_cpus(), x, w)
-    for a, b, c in zip(one, ours, keras_sync, strict=True):
+    local = _run(lambda: BatchNorm(momentum=0.9, epsilon=1e-5), mirrored_cpus(), x, w)
+    for a, b in zip(one, ours, strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+    n = np.prod(shape[:-1])
+    # Keras's own layer agrees on everything but the moving variance, which it updates with the biased one.
+    for b, c in zip(ours[:-1], keras_sync[:-1], strict=True):
         np.testing.assert_allclose(b, c, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ours[-1] - 0.9, (keras_sync[-1] - 0.9) * n / (n - 1), rtol=1e-4)
     assert not np.allclose(local[0], one[0], atol=1e-3)  # per-replica statistics differ: the test can fail
     assert not np.allclose(local[1], one[1], atol=1e-3)
+
+
+@pytest.mark.parametrize("shape", [(6, 4), (3, 5, 2, 4)])
+def test_moving_statistics_are_pytorchs(shape):
+    """running ← 0.9·running + 0.1·batch, with the UNBIASED batch variance (torch.nn.BatchNorm), while the
+    batch is normalised with the biased one; computed independently in NumPy over two steps."""
+    rng = np.random.default_rng(1)
+    bn = BatchNorm(momentum=0.9, epsilon=1e-5)
+    mean, var = np.zeros(shape[-1]), np.ones(shape[-1])
+    for _ in range(2):
+        x = (rng.normal(size=shape) * 3 + 2).astype(np.float32)
+        y = bn(x, training=True).numpy()
+        flat = x.reshape(-1, shape[-1]).astype(np.float64)
+        mean = 0.9 * mean + 0.1 * flat.mean(0)
+        var = 0.9 * var + 0.1 * flat.var(0, ddof=1)
+        expected = (flat - flat.mean(0)) / np.sqrt(flat.var(0) + 1e-5)
+        np.testing.assert_allclose(y.reshape(-1, shape[-1]), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(bn.moving_mean.numpy(), mean, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bn.moving_variance.numpy(), var, rtol=1e-5)
+    # Inference uses those statistics.
+    x = rng.normal(size=shape).astype(np.float32)
+    np.testing.assert_allclose(bn(x, training=False).numpy(), (x - mean) / np.sqrt(var + 1e-5), rtol=1e-4, atol=1e-5)

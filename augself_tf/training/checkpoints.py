@@ -1,0 +1,179 @@
+"""Checkpoints keyed by where each variable lives, and the settings that define the model beside them.
+
+Keras' own tracking keys a functional model's weights by layer POSITION (``backbone/_operations/22/...``) and
+an optimizer's slots by their index in the variable list, so adding a weightless layer, reordering the heads
+or adding a part silently restores values into the wrong variables wherever shapes match. Here every
+variable is keyed by the model attribute that owns it and its Keras path (``model/backbone/stem_conv/kernel``,
+``model/augself_heads/crop/augself_crop_fc1/kernel``), and every momentum buffer by the key of the variable
+it belongs to (``optimizer/momentum/model/backbone/stem_conv/kernel``). ``run.json`` beside the checkpoints
+holds the settings that define the model; resuming with other values stops with one line naming them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+
+import keras
+import tensorflow as tf
+
+#: The settings whose values define the model's variables or its function; any other setting (epochs,
+#: logging, monitors, ...) may change when a run is resumed.
+MODEL_SETTINGS = ("method", "method_options", "backbone", "width", "augself", "condition", "input_mean",
+                  "input_std")
+RUN_FILE = "run.json"
+_STATE = "state"
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint that cannot be restored into this model; the message is one line saying why and what to do."""
+
+
+def _add(key: str, v, out: dict[str, tf.Variable], seen: set[int]) -> None:
+    if id(v) in seen:
+        return
+    if key in out:
+        raise ValueError(f"two variables share the checkpoint key {key}")
+    seen.add(id(v))
+    out[key] = v
+
+
+def _layer_variables(prefix: str, value, out: dict[str, tf.Variable], seen: set[int]) -> None:
+    if isinstance(value, keras.layers.Layer):
+        for v in value.variables:
+            _add(f"{prefix}/{v.path}", v, out, seen)
+    elif isinstance(value, keras.Variable | tf.Variable):
+        _add(prefix, value, out, seen)
+    elif isinstance(value, Mapping):
+        for key in sorted(value):
+            _layer_variables(f"{prefix}/{key}", value[key], out, seen)
+
+
+def model_variables_by_key(model: keras.Model) -> dict[str, tf.Variable]:
+    """Every variable of `model` keyed ``<attribute>[/<dict key>]/<variable path>``.
+
+    Attributes are visited in sorted order and a variable reached twice (an alias such as MoCo's
+    ``key_backbone``) keeps its first key, so keys depend on names only, never on the order of creation;
+    layers that hold variables must therefore be named (Keras' automatic ``dense_3`` names count creations).
+
+    Raises:
+      ValueError: a variable of the model that no attribute reaches, or two variables with one key.
+    """
+    out: dict[str, tf.Variable] = {}
+    seen: set[int] = set()
+    for name in sorted(vars(model)):
+        if name.startswith("_") or name == "optimizer":
+            continue
+        _layer_variables(name, getattr(model, name), out, seen)
+    missing = [v.path for v in model.variables if id(v) not in seen]
+    if missing:
+        raise ValueError(f"{len(missing)} variables of {model.name} are reachable from no attribute, e.g. {missing[0]}")
+    return {f"model/{k}": v for k, v in out.items()}
+
+
+def _optimizer_chain(optimizer: keras.optimizers.Optimizer) -> list[keras.optimizers.Optimizer]:
+    chain = [optimizer]
+    while hasattr(chain[-1], "inner_optimizer"):
+        chain.append(chain[-1].inner_optimizer)
+    return chain
+
+
+def training_state(model: keras.Model, optimizer: keras.optimizers.Optimizer) -> dict[str, tf.Variable]:
+    """Model variables, momentum buffers keyed by their variable's key, and the optimizer's own counters.
+
+    Raises:
+      ValueError: an optimizer variable that is neither a known slot nor uniquely named.
+    """
+    state = model_variables_by_key(model)
+    key_of = {id(v): k for k, v in state.items()}
+    slots: set[int] = set()
+    for opt in _optimizer_chain(optimizer):
+        for var, slot in zip(getattr(opt, "_trainable_variables", []), getattr(opt, "momentums", []) or [],
+                             strict=False):
+            state[f"optimizer/momentum/{key_of[id(var)]}"] = slot
+            slots.add(id(slot))
+    for v in optimizer.variables:
+        if id(v) in slots:
+            continue
+        key = f"optimizer/{v.path}"
+        if key in state:
+            raise ValueError(f"two optimizer variables share the key {key}")
+        state[key] = v
+    return state
+
+
+def make_checkpoint(model: keras.Model, optimizer: keras.optimizers.Optimizer) -> tf.train.Checkpoint:
+    """A `tf.train.Checkpoint` of :func:`training_state` (one dict, so each key is its own name)."""
+    return tf.train.Checkpoint(**{_STATE: training_state(model, optimizer)})
+
+
+def _saved_name(key: str) -> str:
+    """The name TensorFlow stores a dict entry under (its object-graph escaping of '.' and '/')."""
+    return f"{_STATE}/{key.replace('.', '..').replace('/', '.S')}/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def restore(checkpoint: tf.train.Checkpoint, path: str, state: Mapping[str, tf.Variable]) -> None:
+    """Restores `path` into `checkpoint`, requiring the saved keys to be exactly those of `state`.
+
+    Raises:
+      CheckpointMismatchError: a checkpoint of the position-keyed layout (before this module), or one whose
+        variables differ from the model's (named, with shapes).
+    """
+    saved = dict(tf.train.list_variables(path))
+    if not any(name.startswith(_STATE + "/") for name in saved):
+        raise CheckpointMismatchError(
+            f"{path} is a checkpoint of an older augself-tf (variables keyed by position, trained before input "
+            "normalisation and PyTorch's SGD semantics); it cannot be resumed: use a new --model_dir")
+    expected = {_saved_name(k): k for k in state}
+    missing = [k for name, k in expected.items() if name not in saved]
+    extra = [n for n in saved if n.startswith(_STATE + "/") and n not in expected]
+    shapes = [k for name, k in expected.items()
+              if name in saved and list(saved[name]) != list(state[k].shape)]
+    if missing or extra or shapes:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} variables of this model are not in it (e.g. {missing[0]})")
+        if extra:
+            key = extra[0].split("/")[1].replace(".S", "/").replace("..", ".")
+            parts.append(f"{len(extra)} of its variables are not in this model (e.g. {key})")
+        if shapes:
+            k = shapes[0]
+            parts.append(f"{len(shapes)} shapes differ (e.g. {k}: {saved[_saved_name(k)]} saved, "
+                         f"{list(state[k].shape)} here)")
+        raise CheckpointMismatchError(f"{path} was written by a different model: {'; '.join(parts)}; resume with "
+                                      "the settings it was trained with, or use a new --model_dir")
+    checkpoint.restore(path).assert_existing_objects_matched()
+
+
+def _jsonable(value):
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Mapping):  # unset options (None) are the method's defaults: not recorded
+        return {str(k): _jsonable(v) for k, v in sorted(value.items()) if v is not None}
+    return value
+
+
+def check_run_settings(model_dir: str, settings: Mapping, *, write: bool) -> None:
+    """Compares `settings` with ``model_dir/run.json``; writes the file (atomically) when it is absent.
+
+    Raises:
+      CheckpointMismatchError: a model-defining setting differs from the one the run was started with.
+    """
+    path = os.path.join(model_dir, RUN_FILE)
+    current = {k: _jsonable(settings[k]) for k in MODEL_SETTINGS if k in settings}
+    if os.path.exists(path):
+        with open(path) as f:
+            recorded = json.load(f).get("model", {})
+        differ = [k for k in sorted(set(current) | set(recorded)) if current.get(k) != recorded.get(k)]
+        if differ:
+            what = ", ".join(f"--{k}={recorded.get(k)!r} there, {current.get(k)!r} now" for k in differ)
+            raise CheckpointMismatchError(f"{model_dir} holds a run with other model settings ({what}); resume with "
+                                          "its settings or use a new --model_dir")
+        return
+    if write:
+        os.makedirs(model_dir, exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"model": current}, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
