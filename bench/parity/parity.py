@@ -7,8 +7,8 @@ For each of SimSiam, MoCo v2 and BYOL with AugSelf{crop, color}, the harness
      kernels HWIO → torch OIHW, Dense kernels transposed, BN γ/β/moving statistics, the EMA target networks,
      MoCo's queue), so both start from identical state;
   3. makes two batches of views + ω with our pipeline (``augself_tf.data.pretrain.two_views`` on real
-     Tiny-ImageNet images); TF gets the [0, 1] views (our model normalises inside, or not at all on code that
-     predates that), torch gets them normalised with STL10's mean/std as the reference's last transform;
+     Tiny-ImageNet images); TF gets the [0, 1] views (our backbone normalises them in its first layer, here
+     with STL10's mean/std), torch gets them normalised with those constants as the reference's last transform;
      torch's AugSelf targets are recomputed independently in NumPy from ω (``reference_torch.extract_diff``);
   4. runs step 1 at lr₀ and step 2 at the cosine schedule's next lr (a changing lr, so momentum semantics
      matter) on both sides, and compares, per step: the losses (method, crop, colour), every gradient, the
@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import copy
 import glob
-import inspect
 import itertools
 import os
 import re
@@ -109,16 +108,10 @@ def make_batches(data_dir: str, batch_size: int, image_size: int, seed: int) -> 
 # ------------------------------------------------------------------------------------------------ TF side
 
 
-def build_tf_backbone(name: str, width: float) -> tuple[keras.Model, bool]:
-    """(``build_backbone``, whether it normalises): STL10's constants where the backbone takes them."""
-    params = inspect.signature(tf_resnet.build_backbone).parameters
-    kwargs = {}
-    for mean_key, std_key in (("mean", "std"), ("input_mean", "input_std")):
-        if mean_key in params and std_key in params:
-            kwargs = {mean_key: ref.STL10_MEAN, std_key: ref.STL10_STD}
-    if "normalization" in params:
-        kwargs = {"normalization": (ref.STL10_MEAN, ref.STL10_STD)}
-    return tf_resnet.build_backbone(name, width, synchronized_bn=False, **kwargs), bool(kwargs)
+def build_tf_backbone(name: str, width: float) -> keras.Model:
+    """``build_backbone`` normalising its [0, 1] input with STL10's constants (the paper's STL10 setting)."""
+    return tf_resnet.build_backbone(name, width, synchronized_bn=False, input_mean=ref.STL10_MEAN,
+                                    input_std=ref.STL10_STD)
 
 
 def method_options(method: str, feature_dim: int, args: argparse.Namespace) -> dict:
@@ -133,18 +126,19 @@ def method_options(method: str, feature_dim: int, args: argparse.Namespace) -> d
 
 
 def build_tf(method: str, args: argparse.Namespace):
+    """Our model and optimizer, built as ``augself_tf.training.loop.train`` builds them."""
     keras.utils.set_random_seed(args.seed)
-    backbone, normalises = build_tf_backbone(args.backbone, args.width)
+    backbone = build_tf_backbone(args.backbone, args.width)
     options = method_options(method, int(backbone.output_shape[-1]), args)
     model = build_method(method, backbone, options=options, augself=AUGSELF, augself_weight=1.0,
-                         weight_decay=args.wd, synchronized_bn=False)
+                         synchronized_bn=False)
     model.build_all(args.image_size)
     # lr₀ = args.lr: the linear scaling rule at batch 256 is the identity.
-    optimizer = tf_optim.build_optimizer(args.lr, 256, args.total_steps)
+    optimizer = tf_optim.build_optimizer(args.lr, 256, args.total_steps, weight_decay=args.wd,
+                                         constant_lr_variables=model.constant_lr_variables())
     model.compile(optimizer=optimizer)
-    model.base_learning_rate = tf_optim.scaled_learning_rate(args.lr, 256)
     optimizer.build(model.optimized_variables())
-    return model, options, normalises
+    return model, options
 
 
 # -------------------------------------------------------------------------------- TF ↔ torch variables
@@ -523,11 +517,9 @@ def main(argv: list[str] | None = None) -> int:
     all_ok, table = True, []
     for method in methods:
         t0 = time.perf_counter()
-        model, options, normalises = build_tf(method, args)
+        model, options = build_tf(method, args)
         entries = variable_map(model, method)
         ours = run_tf(model, entries, batches)
-        if method == methods[0]:
-            print(f"# our backbone normalises its input: {normalises}")
         print(f"# {method}: TF steps in {time.perf_counter() - t0:.0f} s; lr {ours['lr']}", flush=True)
 
         for baseline in baselines:
