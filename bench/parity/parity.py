@@ -539,15 +539,17 @@ def main(argv: list[str] | None = None) -> int:
             for bug in injected:
                 if method not in ref.BUGS[bug][0] or bug in baseline:
                     continue
-                fails = failing_groups(compare(ours, reference((bug,))), args.tol)
+                errors = compare(ours, reference((bug,)))
+                fails = failing_groups(errors, args.tol)
                 caught = bool(set(fails) - set(failing_groups(clean, args.tol)))
                 all_ok &= caught
-                table.append((bug, label, caught, fails))
+                signal = max(err for groups in errors.values() for err, _, _ in groups.values())
+                table.append((bug, label, caught, signal, fails))
     if table:
         print("\n## bug table (a bug is caught when some group fails that passes without it)")
-        print(f"{'bug':<24} {'method':<8} {'caught':<7} failing groups (quantity@step)")
-        for bug, label, caught, fails in table:
-            print(f"{bug:<24} {label:<8} {'yes' if caught else 'NO':<7} {' '.join(fails)}")
+        print(f"{'bug':<24} {'method':<8} {'caught':<7} {'max error':>9}  failing groups (quantity@step)")
+        for bug, label, caught, signal, fails in table:
+            print(f"{bug:<24} {label:<8} {'yes' if caught else 'NO':<7} {signal:>9.1e}  {' '.join(fails)}")
     print(f"\n{'PASS' if all_ok else 'FAIL'}")
     return 0 if all_ok else 1
 
