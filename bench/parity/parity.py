@@ -26,12 +26,13 @@ weight. Such a ratio has a float32 rounding floor of about ε₃₂·max|ref|/ma
 rounded to its ulp whatever the update), reported as ``floor``; an EMA target with m = 0.999 moves by
 1e-3 of an update, so its floor is high. A group passes when error ≤ ``--tol`` + 4·floor.
 
-Tolerance: the two sides run float32 with different conv/matmul algorithms (oneDNN in torch, Eigen in TF),
+Tolerance: the two sides run float32 with different conv/matmul kernels (torch's and TF's own oneDNN / Eigen),
 different summation orders in the BN statistics and the loss reductions. Each such op contributes relative
 errors of ~1e-7–1e-6, and a ResNet-18 forward + backward through ~20 BN layers at batch 8 (whose 1/σ
-amplifies small differences where a channel's batch variance is small) compounds them to 1e-6–1e-4 on the
-gradients: ``--tol 1e-3`` leaves a 10× margin over the worst measured agreement and sits ≥ 10× below the
-smallest effect of any bug in ``--inject`` (docs/experiments.md, "Step parity ...").
+amplifies small differences where a channel's batch variance is small) compounds them to 1e-6–1e-5 on the
+gradients (measured ≤ 1e-5, ≤ 1e-4 with ``--chained``): ``--tol 1e-3`` leaves 2.5× over the worst tensor
+(a mathematically zero one, see ``DEGENERATE``) and is 28× below the smallest effect of any bug in
+``--inject`` (docs/experiments.md, "Step parity with the reference semantics").
 
     pip install -r bench/parity/requirements-parity.txt    # torch (CPU wheel); not a project dependency
     python bench/parity/parity.py                           # all three methods: PASS/FAIL per quantity
