@@ -88,7 +88,7 @@ def make_batches(data_dir: str, batch_size: int, image_size: int, seed: int) -> 
     if len(files) >= need:
         images = [tf.io.decode_jpeg(tf.io.read_file(f), channels=3) for f in files[:need]]
         source = f"{need} images of {data_dir}"
-    else:  # no real data beside the checkout: uniform noise images, the same for both sides all the same
+    else:  # no real data beside the checkout: uniform noise images (both sides still get the same views)
         rng = np.random.default_rng(seed)
         images = [tf.constant(rng.integers(0, 256, [64, 64, 3], dtype=np.uint8)) for _ in range(need)]
         source = "uniform noise images (no data found)"

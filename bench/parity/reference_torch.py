@@ -78,7 +78,7 @@ class _BatchNormMixin:
 
     bugs: Bugs = Bugs()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D401
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.bugs("bn_momentum"):
             self.momentum = 0.01
         if not (self.training and self.bugs("biased_running_var")):
