@@ -48,9 +48,7 @@ import tempfile
 import time
 import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import common  # noqa: E402  (sets TF_CPP_MIN_LOG_LEVEL and sys.path before TensorFlow loads)
+import common  # noqa: E402  (sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads)
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from bench_pipeline import cached_source  # noqa: E402

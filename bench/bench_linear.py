@@ -33,9 +33,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from augself_tf.evaluation import logreg  # noqa: E402
+from augself_tf.evaluation import logreg
 
 
 def synthetic_features(

@@ -29,9 +29,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import common  # noqa: E402  (sets TF_CPP_MIN_LOG_LEVEL and sys.path before TensorFlow loads)
+import common  # noqa: E402  (sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads)
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 

@@ -27,9 +27,7 @@ import sys
 import time
 import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import common  # noqa: E402  (sets TF_CPP_MIN_LOG_LEVEL and sys.path before TensorFlow loads)
+import common  # noqa: E402  (sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads)
 import tensorflow as tf  # noqa: E402
 
 from augself_tf.augment import parse_augself  # noqa: E402

@@ -12,12 +12,10 @@ import gc
 import os
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402

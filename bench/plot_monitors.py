@@ -15,8 +15,7 @@ import glob
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from augself_tf.startup import import_tensorflow_quietly  # noqa: E402
+from augself_tf.startup import import_tensorflow_quietly
 
 
 def read_monitors(run_dir: str) -> dict[str, list[tuple[int, float]]]:

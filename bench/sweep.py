@@ -81,8 +81,7 @@ def run_params(flagfile: str, train_args: list[str]) -> dict:
 def sh(cmds: list[list[str]], log_paths: list[str], jobs: int = 1) -> None:
     """Run commands, at most ``jobs`` at a time, each appending its output to its log; raise with the
     log's tail if one fails."""
-    path = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": path}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     pending = list(zip(cmds, log_paths, strict=True))
     running: list[tuple[subprocess.Popen, list[str], str, object]] = []
     while pending or running:

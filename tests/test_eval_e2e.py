@@ -160,7 +160,7 @@ def test_bad_inputs_raise_one_clear_error(models, tmp_path):
 
 
 def _run_main(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     return subprocess.run(
         [sys.executable, os.path.join(REPO, "eval_main.py"), *args],
         capture_output=True, text=True, env=env, timeout=600, cwd=REPO,

@@ -20,17 +20,16 @@ from augself_tf.evaluation.protocols import PROTOCOLS, all_protocols
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(REPO, "tests")
 
-# What a user's program does to add a protocol without editing the package: register, then run eval_main.
-DRIVER = f"""
-import runpy, sys
-sys.path.insert(0, {TESTS!r})
+# What a user's program does to add a protocol without editing the package: register it, then run the eval
+# program, whose flags are defined when it is imported. The program sits beside its protocol module (run in TESTS).
+DRIVER = """
 from augself_tf.startup import import_tensorflow_quietly
 import_tensorflow_quietly()
 from augself_tf.evaluation.protocols import PROTOCOLS
 import eval_toy_protocol
 PROTOCOLS["featdim"] = eval_toy_protocol.PROTOCOL  # the one registry line
-sys.argv = ["eval_main.py", *sys.argv[1:]]
-runpy.run_path({os.path.join(REPO, "eval_main.py")!r}, run_name="__main__")
+from augself_tf import evaluate
+evaluate.cli()
 """
 
 
@@ -39,10 +38,9 @@ def model(tmp_path_factory):
     return eval_fakes.save_random_conv_model(str(tmp_path_factory.mktemp("m") / "rand" / "saved_model"), channels=8)
 
 
-def _run(argv: list[str], env_extra: dict | None = None) -> subprocess.CompletedProcess:
+def _run(argv: list[str], cwd: str = REPO) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # start-up notices as users see them
-    env.update(PYTHONPATH=REPO, **(env_extra or {}))
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, cwd=cwd)
 
 
 def test_a_registered_protocol_is_in_all_and_gets_its_flags(monkeypatch):
@@ -55,7 +53,7 @@ def test_toy_protocol_runs_through_eval_main(model, tmp_path):
     out = str(tmp_path / "results.json")
     proc = _run([sys.executable, "-c", DRIVER, f"--saved_model={model}", "--protocol=linear,featdim",
                  "--dataset=shapes", "--image_size=32", "--max_examples=60", "--linear_max_iter=100",
-                 "--featdim_scale=3", f"--output={out}"])
+                 "--featdim_scale=3", f"--output={out}"], cwd=TESTS)
     assert proc.returncode == 0, proc.stderr[-3000:]
     by = {r["protocol"]: r for r in json.load(open(out))}
     assert by["featdim"]["value"] == 3 * 16  # the random conv model: mean and max of 8 channels

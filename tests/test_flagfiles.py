@@ -1,4 +1,4 @@
-"""Every flagfile in flags/ parses with train_main's absl flags into the paper's settings, is listed in
+"""Every flagfile in flags/ parses with augself-train's absl flags into the paper's settings, is listed in
 docs/experiments.md, and trains for a step at toy size; plus the `imagenet100` data source they use.
 
 Training runs in-process (one TF import) and eagerly (no step tracing). Flagfiles whose configs differ only
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import train_main
+from augself_tf import train as train_program
 from augself_tf.data import tfds_source
 from augself_tf.data.sources import imagenet100_wnids, load_source, source_info
 from augself_tf.training.loop import TrainConfig, train
@@ -32,12 +32,12 @@ TOY = ["--dataset=shapes", "--split=train", "--width=0.0625", "--image_size=16",
 
 
 def parse(name: str, *extra: str) -> TrainConfig:
-    """train_main's config for `--flagfile=flags/NAME.cfg EXTRA...` (later flags override the file)."""
-    flags = train_main.FLAGS
+    """augself-train's config for `--flagfile=flags/NAME.cfg EXTRA...` (later flags override the file)."""
+    flags = train_program.FLAGS
     flags.unparse_flags()
     try:
-        flags(["train_main.py", f"--flagfile={os.path.join(ROOT, 'flags', name + '.cfg')}", *extra])
-        return train_main._config()
+        flags(["augself-train", f"--flagfile={os.path.join(ROOT, 'flags', name + '.cfg')}", *extra])
+        return train_program.config_from_flags()
     finally:
         flags.unparse_flags()
 
@@ -218,14 +218,14 @@ def test_flagfile_dataset_and_split_exist_offline(name, tmp_path):
 
 
 def test_no_flags_give_trainconfigs_defaults_and_every_setting_is_a_flag():
-    """Defaults are written once, in TrainConfig: train_main with no flags builds exactly TrainConfig()."""
+    """Defaults are written once, in TrainConfig: augself-train with no flags builds exactly TrainConfig()."""
     from augself_tf.flag_fields import flag_fields
 
-    flags = train_main.FLAGS
+    flags = train_program.FLAGS
     flags.unparse_flags()
     try:
-        flags(["train_main.py"])
-        cfg = train_main._config()
+        flags(["augself-train"])
+        cfg = train_program.config_from_flags()
     finally:
         flags.unparse_flags()
     default = TrainConfig()
@@ -233,7 +233,16 @@ def test_no_flags_give_trainconfigs_defaults_and_every_setting_is_a_flag():
     for field in flag_fields(TrainConfig):
         assert flags[field.name].default == field.default, field.name
         assert flags[field.name].help.endswith(field.metadata["help"]), field.name  # enums prefix <choices>
-    method_defaults = {name: None for name in train_main._METHOD_FLAGS}
+    method_defaults = {name: None for name in train_program.METHOD_FLAGS}
     expected = dataclasses.replace(default, method_options=method_defaults)
     assert cfg == expected
     assert (cfg.backbone, cfg.width, cfg.epochs, cfg.augment.image_size) == ("resnet18_cifar", 0.125, 10, 32)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_flagfiles_normalise_with_the_reference_codes_statistics(name):
+    """STL10 runs: (0.43, 0.42, 0.39)/(0.27, 0.26, 0.27); ImageNet100 runs: ImageNet's (the reference's Normalize)."""
+    from augself_tf.data.base import IMAGENET_MEAN, IMAGENET_STD, STL10_MEAN, STL10_STD
+
+    expected = (STL10_MEAN, STL10_STD) if name.startswith("stl10") else (IMAGENET_MEAN, IMAGENET_STD)
+    assert parse(name).input_statistics((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)) == expected

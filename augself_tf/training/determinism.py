@@ -15,14 +15,15 @@ def restart_without_onednn() -> None:
 
     oneDNN's CPU kernels pick code paths by buffer alignment, so even on one thread two runs differ in the
     last bits of a few gradients after a step or two (measured: BYOL, one BN β per step), and the
-    difference then grows. Entry points (train_main, eval_main) call this for `--deterministic`.
+    difference then grows. The programs (augself-train, augself-eval) call this for `--deterministic`.
     """
     if os.environ.get(ONEDNN_ENV) == "0":
         return
     os.environ[ONEDNN_ENV] = "0"
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, *sys.argv])
+    # The command as typed (sys.argv lost `-m augself_tf.train` or `-c ...`); this interpreter runs it again.
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
 
 def make_deterministic() -> None:
@@ -40,7 +41,7 @@ def make_deterministic() -> None:
     if os.environ.get(ONEDNN_ENV) != "0":
         raise ValueError(
             f"--deterministic needs oneDNN off: set {ONEDNN_ENV}=0 before TensorFlow is imported "
-            "(train_main.py and eval_main.py restart themselves with it)"
+            "(augself-train and augself-eval restart themselves with it)"
         )
     tf.config.experimental.enable_op_determinism()
     threading = tf.config.threading
