@@ -12,7 +12,8 @@ Four measurements, each reported as ratios within one run (docs/benchmarks.md §
 2. ``share``: ``finish_views`` alone (tf.function, a real device-mode batch of 256 at 96 px, the paper's
    probabilities) vs one ResNet-18 (width 1.0) SimSiam+AugSelf{crop,color} step at batch 256, 96 px
    (``common.TrainStep``, synthetic float batch), and that step fed the device-mode batch (finish_views
-   inside), interleaved. Target: finish_views <= 5% of the step.
+   inside), interleaved; with ``--share_select`` (default) also both with the jitter's select form (the
+   formulation before issue 24). Target: finish_views <= 8% of the step.
 3. ``train_main``: the README default run (``python train_main.py``) for ``--max_steps`` steps with
    ``--photometric=host`` and ``=device``; pairs/s are read from its TensorBoard scalar ``pairs_per_sec``
    (one value per ``--log_every`` window; the first window, which holds tracing, is dropped).
@@ -37,7 +38,10 @@ Timing as in bench/common.py: interleaved rounds, medians, process CPU time (all
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
 import dataclasses
+import functools
 import gc
 import glob
 import json
@@ -62,6 +66,7 @@ from augself_tf.augment import (  # noqa: E402
     registry,
 )
 from augself_tf.data.pretrain import example_seed, make_pair_dataset  # noqa: E402
+from augself_tf.training.loop import make_distributed_step  # noqa: E402
 from augself_tf.training.strategy import make_strategy  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -152,6 +157,28 @@ def finish_views_fn(batch: dict, config: AugmentConfig, jit_compile: bool = Fals
     def run() -> None:
         out = fn(batch)
         float(out["view1"][0, 0, 0, 0] + out["view2"][0, 0, 0, 0])  # waits for an accelerator's queue
+
+    return run
+
+
+@contextlib.contextmanager
+def select_jitter():
+    """Within: ``ops.color_jitter_batch`` runs its ``"select"`` form (all 4 adjustments at each of the 4 steps,
+    the formulation before issue 24) wherever it is traced, e.g. inside ``finish_views``."""
+    original = ops.color_jitter_batch
+    ops.color_jitter_batch = functools.partial(original, method="select")
+    try:
+        yield
+    finally:
+        ops.color_jitter_batch = original
+
+
+def with_select_jitter(fn):
+    """fn, called (and so traced, the first time) with ``select_jitter`` on."""
+
+    def run():
+        with select_jitter():
+            return fn()
 
     return run
 
@@ -306,22 +333,41 @@ def part_share(source, args) -> dict:
         "step, uint8 device-mode batch (finish_views inside)": lambda: step.run(dev_batch),
         "finish_views alone (tf.function)": timed(finish_views_fn(dev_batch, cfg), batch),
     }
+    if args.share_select:
+        # The same model and optimizer, a second traced step: its finish_views has the select jitter.
+        select_step = copy.copy(step)  # shallow: shares the model, the optimizer and the strategy
+        select_step._step = make_distributed_step(step.strategy, step.model, spec.jit_compile)
+        fns.update({
+            "step, uint8 device-mode batch, select jitter (before issue 24)":
+                with_select_jitter(lambda: select_step.run(dev_batch)),
+            "finish_views alone, select jitter (before issue 24)":
+                with_select_jitter(timed(finish_views_fn(dev_batch, cfg), batch)),
+        })
     times = common.interleaved_steps(fns, warmup=args.share_warmup, repeats=args.share_repeats)
     summary = {k: common.summarize(v) for k, v in times.items()}
     print(f"\n{'configuration (' + spec.label + ')':<90} {'s':>7} {'pairs/s':>8} {'pairs/CPU-s':>11} {'cores':>5}")
     for name, s in summary.items():
         print(f"{name:<90} {s['step_seconds']:7.3f} {s['pairs_per_sec']:8.1f} {s['pairs_per_cpu_sec']:11.1f} "
               f"{s['cores_used']:5.2f}")
-    host, dev, fv = (times[k] for k in fns)
+    host, dev, fv, *before = (times[k] for k in fns)
     share = {
         "finish_views / step, wall": paired(fv, host, "wall"),
         "finish_views / step, CPU": paired(fv, host, "cpu"),
         "step(device batch) / step(host batch) - 1, wall": paired(dev, host, "wall") - 1.0,
         "step(device batch) / step(host batch) - 1, CPU": paired(dev, host, "cpu") - 1.0,
     }
-    print("\nfinish_views as a share of the training step (median of per-round ratios; target <= 5%):")
+    if before:
+        dev_sel, fv_sel = before
+        share.update({
+            "select jitter: finish_views / step, wall": paired(fv_sel, host, "wall"),
+            "select jitter: finish_views / step, CPU": paired(fv_sel, host, "cpu"),
+            "select jitter: step(device batch) / step(host batch) - 1, wall": paired(dev_sel, host, "wall") - 1.0,
+            "select jitter: step(device batch) / step(host batch) - 1, CPU": paired(dev_sel, host, "cpu") - 1.0,
+            "finish_views select / partition, CPU": paired(fv_sel, fv, "cpu"),
+        })
+    print("\nfinish_views as a share of the training step (median of per-round ratios; target <= 8%):")
     for k, v in share.items():
-        print(f"  {k:<52} {100 * v:+6.1f}%")
+        print(f"  {k:<66} {v:6.2f}x" if k.endswith("partition, CPU") else f"  {k:<66} {100 * v:+6.1f}%")
     return {"spec": dataclasses.asdict(spec), "summary": summary, "share": share, "rounds": raw(times)}
 
 
@@ -360,7 +406,12 @@ def part_finish_breakdown(source, args) -> dict:
             fns[f"{step.name}: transform_batch"] = (
                 lambda step=step: step.transform_batch(xf, params[step.name], cfg), xf)
     per = [tf.reshape(factors[:, i], [-1, 1, 1, 1]) for i in range(4)]
+    jitter_args = (xf, factors, params["color"]["order"], params["color"]["applied"])
     fns.update({
+        "  color: partition (each adjustment where needed; the default)": (
+            lambda: ops.color_jitter_batch(*jitter_args, method="partition"), xf),
+        "  color: select (all 4 at each step; before issue 24, and under XLA)": (
+            lambda: ops.color_jitter_batch(*jitter_args, method="select"), xf),
         "  color: one brightness pass": (lambda: ops.adjust_brightness(xf, per[0]), xf),
         "  color: one contrast pass": (lambda: ops.adjust_contrast(xf, per[1]), xf),
         "  color: one saturation pass": (lambda: ops.adjust_saturation(xf, per[2]), xf),
@@ -622,6 +673,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--share_width", type=float, default=1.0)
     p.add_argument("--share_warmup", type=int, default=1)
     p.add_argument("--share_repeats", type=int, default=3)
+    p.add_argument("--share_select", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time finish_views and the device-batch step with the select jitter (before issue 24)")
     p.add_argument("--train_steps", type=int, default=40, help="train_main --max_steps")
     p.add_argument("--train_log_every", type=int, default=10, help="train_main --log_every (one pairs/s window)")
     p.add_argument("--train_main_runs", type=int, default=1, help="runs per mode (alternating host/device)")

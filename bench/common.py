@@ -190,6 +190,7 @@ class TrainStep:
         finally:
             keras.mixed_precision.set_global_policy(previous)
         self.model = model
+        self.strategy = strategy
         if spec.batch_size % strategy.num_replicas_in_sync:
             raise ValueError(f"batch {spec.batch_size} not divisible by {strategy.num_replicas_in_sync} replicas")
         per_replica = spec.batch_size // strategy.num_replicas_in_sync

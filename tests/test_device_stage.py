@@ -5,14 +5,16 @@ host pipeline, on real images; plus a toy augmentation registered in the test al
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
+import itertools
 import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from augself_tf.augment import AugmentConfig, augment_view, augment_view_for_device, finish_views, registry
+from augself_tf.augment import AugmentConfig, augment_view, augment_view_for_device, finish_views, ops, registry
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source
 from augself_tf.training.loop import TrainConfig, train
@@ -128,6 +130,68 @@ def test_device_mode_dataset_ships_uint8_and_the_same_omega():
     assert np.abs(finished["view2"].numpy() - host["view2"].numpy()).mean() <= 2e-3
     with pytest.raises(ValueError, match="photometric must be one of host, device"):
         make_pair_dataset(source, config, seed=3, batch_size=8, photometric="gpu")
+
+
+def _jitter_one_by_one(x: np.ndarray, factors: np.ndarray, order: np.ndarray, applied: np.ndarray) -> np.ndarray:
+    """Each example alone, its 4 adjustments applied in its own order (no batching across examples)."""
+    steps = [lambda y, f: ops.adjust_brightness(y, f[0]), lambda y, f: ops.adjust_contrast(y, f[1]),
+             lambda y, f: ops.adjust_saturation(y, f[2]), lambda y, f: ops.adjust_hue_batch(y, f[3:4])]
+    out = []
+    for b in range(len(x)):
+        y = tf.constant(x[b : b + 1])
+        for k in order[b] if applied[b] else ():
+            y = steps[k](y, tf.constant(factors[b]))
+        out.append(y.numpy()[0])
+    return np.stack(out)
+
+
+def test_batched_jitter_gives_each_example_its_own_order_by_every_method():
+    """All 24 orders in one batch, some examples not jittered: partition (each adjustment on the examples that
+    need it) and select (all four everywhere) both equal the example-by-example computation bit for bit, also
+    when a part is empty (one order for the whole batch, nothing applied) and for a batch of one."""
+    rng = np.random.default_rng(5)
+    orders = np.array(list(itertools.permutations(range(4))), np.int32)
+    n = len(orders)
+    x = rng.uniform(size=(n, 12, 12, 3)).astype(np.float32)
+    x[:, :2] = rng.integers(0, 2, size=(n, 2, 12, 3))  # saturated pixels: the clipping matters
+    factors = np.stack([rng.uniform(0.2, 1.8, n), rng.uniform(0.2, 1.8, n), rng.uniform(0.2, 1.8, n),
+                        rng.uniform(-0.5, 0.5, n)], 1).astype(np.float32)
+    applied = rng.uniform(size=n) < 0.75
+    applied[:2] = [True, False]
+    cases = {
+        "all 24 orders": (x, factors, orders, applied),
+        "one order for all": (x, factors, np.tile(orders[9], (n, 1)), np.ones(n, bool)),
+        "nothing applied": (x, factors, orders, np.zeros(n, bool)),
+        "a batch of one": (x[:1], factors[:1], orders[16:17], np.ones(1, bool)),
+    }
+    for name, (xs, fs, os_, ap) in cases.items():
+        want = _jitter_one_by_one(xs, fs, os_, ap)
+        for method in ops.JITTER_METHODS:
+            got = ops.color_jitter_batch(tf.constant(xs), fs, os_, tf.constant(ap), method=method).numpy()
+            np.testing.assert_array_equal(got, want, err_msg=f"{name}, {method}")
+            graph = tf.function(functools.partial(ops.color_jitter_batch, factors=fs, order=os_,
+                                                       applied=tf.constant(ap), method=method))
+            np.testing.assert_array_equal(graph(tf.constant(xs)).numpy(), want, err_msg=f"{name}, {method}, graph")
+    without_mask = ops.color_jitter_batch(tf.constant(x), factors, orders).numpy()
+    np.testing.assert_array_equal(without_mask, _jitter_one_by_one(x, factors, orders, np.ones(n, bool)))
+    with pytest.raises(ValueError, match="method must be one of"):
+        ops.color_jitter_batch(tf.constant(x), factors, orders, method="gather")
+
+
+def test_batched_jitter_takes_static_shapes_under_xla():
+    """Compiled with XLA, "auto" builds the select form, as before (dynamic partitions compile but run ~14x
+    slower there); otherwise the partition form."""
+    orders = np.array(list(itertools.permutations(range(4))), np.int32)[::3]
+    n = len(orders)
+    x = tf.constant(np.random.default_rng(6).uniform(size=(n, 8, 8, 3)).astype(np.float32))
+    factors = np.tile(np.array([[1.2, 0.8, 1.3, 0.1]], np.float32), (n, 1))
+    applied = tf.constant(np.arange(n) % 3 != 0)
+    for jit in (False, True):
+        fn = tf.function(lambda a: ops.color_jitter_batch(a, factors, orders, applied), jit_compile=jit)
+        op_types = {op.type for op in fn.get_concrete_function(x).graph.get_operations()}
+        assert ("DynamicPartition" in op_types) == (not jit), jit
+        out = fn(x).numpy()
+        assert out.shape == x.shape and out.min() >= 0.0 and out.max() <= 1.0
 
 
 # ------------------------------------------------------------------ a toy augmentation, in this test only

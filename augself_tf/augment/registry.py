@@ -361,8 +361,7 @@ def _color(image: tf.Tensor, params: Params, config: AugmentConfig) -> tf.Tensor
 
 def _color_batch(images: tf.Tensor, params: Params, config: AugmentConfig) -> tf.Tensor:
     factors = decode_color_omega(params["u"], config)
-    jittered = ops.color_jitter_batch(images, factors, params["order"])
-    return tf.where(_batched(params["applied"]), jittered, images)
+    return ops.color_jitter_batch(images, factors, params["order"], params["applied"])
 
 
 def _color_omega(params: Params, config: AugmentConfig) -> tf.Tensor:

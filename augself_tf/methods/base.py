@@ -139,6 +139,7 @@ class AugSelfModel(keras.Model):
                 [AUGSELF_HIDDEN, AUGSELF_HIDDEN, AUGMENTATIONS[name].head_dim],
                 synchronized_bn=synchronized_bn,
                 name=f"augself_{name}",
+                dtype="float32",  # under mixed precision the ω regression stays in float32, as its loss
             )
             for name in self.augself
         }

@@ -29,11 +29,11 @@ _STAGES = {
 }
 
 
-def batch_norm(synchronized: bool, zero_init: bool = False, name: str | None = None) -> layers.Layer:
+def batch_norm(synchronized: bool, zero_init: bool = False, name: str | None = None, **kwargs) -> layers.Layer:
     """BN with PyTorch's defaults (momentum 0.1 there = 0.9 here, eps 1e-5) and its unbiased moving variance
-    (:class:`BatchNorm`); `synchronized`: statistics over all replicas."""
+    (:class:`BatchNorm`); `synchronized`: statistics over all replicas; `kwargs` go to the layer."""
     return BatchNorm(synchronized=synchronized, momentum=0.9, epsilon=1e-5,
-                     gamma_initializer="zeros" if zero_init else "ones", name=name)
+                     gamma_initializer="zeros" if zero_init else "ones", name=name, **kwargs)
 
 
 @keras.saving.register_keras_serializable(package="augself_tf")
@@ -148,19 +148,22 @@ def mlp(
     last_bn: bool = False,
     synchronized_bn: bool = False,
     name: str,
+    dtype: str | None = None,
 ) -> keras.Sequential:
     """Linear–BN–ReLU stack ending in a Linear (optionally followed by BN, as SimSiam's projector).
 
     `dims` lists the output size of every linear layer; the input size is inferred at build time.
-    Linear layers before a BN drop their bias (the BN's β plays its part).
+    Linear layers before a BN drop their bias (the BN's β plays its part). `dtype`: a Keras dtype policy
+    for every layer (e.g. "float32" to keep a head out of mixed precision); None = the global policy.
     """
+    kw = {} if dtype is None else {"dtype": dtype}
     stack: list[layers.Layer] = []
     for i, d in enumerate(dims):
         last = i == len(dims) - 1
         use_bn = (last and last_bn) or (not last and hidden_bn)
-        stack.append(Linear(d, use_bias=not use_bn, name=f"{name}_fc{i + 1}"))
+        stack.append(Linear(d, use_bias=not use_bn, name=f"{name}_fc{i + 1}", **kw))
         if use_bn:
-            stack.append(batch_norm(synchronized_bn, name=f"{name}_bn{i + 1}"))
+            stack.append(batch_norm(synchronized_bn, name=f"{name}_bn{i + 1}", **kw))
         if not last:
-            stack.append(layers.ReLU(name=f"{name}_relu{i + 1}"))
+            stack.append(layers.ReLU(name=f"{name}_relu{i + 1}", **kw))
     return keras.Sequential(stack, name=name)
