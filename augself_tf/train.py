@@ -1,6 +1,7 @@
 """Pretrain a ResNet with SimSiam / MoCo v2 / ... plus the AugSelf loss, then export the backbone.
 
     augself-train --method=moco --augself=crop,color
+    augself-train --method=moco --condition=crop,color      # CASSLE: conditioned projector
     augself-train --flagfile=flags/stl10_simsiam_augself.cfg
 
 The same program is `python -m augself_tf.train`, and `python train_main.py` in a checkout. Defaults are a
@@ -37,6 +38,9 @@ define_flags("", TrainConfig, FLAGS, PROGRAM)  # one flag per TrainConfig option
 _DEFAULT = TrainConfig()
 flags.DEFINE_string("augself", ",".join(_DEFAULT.augself), "Comma-separated ω to predict "
                     f"({', '.join(registry.AUGSELF_CHOICES)}); '' or 'none' turns AugSelf off.", **_IN_HELP)
+flags.DEFINE_string("condition", ",".join(_DEFAULT.condition) or "none", "Comma-separated augmentation descriptors "
+                    f"each view's projector is conditioned on (CASSLE; {', '.join(registry.CONDITION_CHOICES)}); "
+                    "'' or 'none' turns conditioning off.", **_IN_HELP)
 # The augmentation pipeline's knobs; defaults from TrainConfig's AugmentConfig.
 flags.DEFINE_integer("image_size", _DEFAULT.augment.image_size,
                      "Side of the augmented views in pixels (paper: 96 STL10, 224 ImageNet100).", **_IN_HELP)
@@ -69,6 +73,7 @@ def config_from_flags() -> TrainConfig:
     from augself_tf.augment import AugmentConfig, parse_augself
 
     augself = parse_augself(FLAGS.augself)
+    condition = registry.parse_condition(FLAGS.condition)
     fields = {f.name for f in dataclasses.fields(AugmentConfig)}
     probs = {
         step.probability.field: step.probability.resolve(FLAGS[step.probability.field].value, step.name in augself)
@@ -84,8 +89,8 @@ def config_from_flags() -> TrainConfig:
     for name, value in (("batch_size", FLAGS.batch_size), ("epochs", FLAGS.epochs), ("image_size", FLAGS.image_size)):
         if value <= 0:
             raise ValueError(f"--{name} must be positive, got {value}")
-    return TrainConfig(**values_from_flags("", TrainConfig, FLAGS), augself=augself, augment=augment,
-                       method_options={name: FLAGS[name].value for name in METHOD_FLAGS})
+    return TrainConfig(**values_from_flags("", TrainConfig, FLAGS), augself=augself, condition=condition,
+                       augment=augment, method_options={name: FLAGS[name].value for name in METHOD_FLAGS})
 
 
 def main(argv: list[str]) -> int:

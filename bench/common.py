@@ -24,10 +24,10 @@ import tensorflow as tf  # noqa: E402
 # "retracing"; every configuration is traced once during its warm-up, outside the timings.
 tf.get_logger().setLevel("ERROR")
 
-from augself_tf.augment.registry import AUGMENTATIONS  # noqa: E402
+from augself_tf.augment import registry  # noqa: E402
 
 # ω sizes per view, as the registry declares them; a synthetic batch carries all of them, as the pipeline does.
-OMEGA_DIMS = {name: aug.omega_dim for name, aug in AUGMENTATIONS.items()}
+OMEGA_DIMS = dict(registry.OMEGA_DIMS)
 
 
 def machine_info() -> dict:

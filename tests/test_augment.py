@@ -102,11 +102,14 @@ def test_identity_pipeline_and_identity_omegas():
     np.testing.assert_allclose(omega["crop"], [0.5, 0.5, 1.0, 1.0])
     assert omega["flip"][0] == 0 and omega["blur"][0] == 0 and omega["rotation"][0] == 0
     np.testing.assert_array_equal(omega["color"], [0.5] * 4)
-    assert omega["solarize"][0] == 1.0
+    assert omega["solarize"][0] == 1.0 and omega["grayscale"][0] == 0
+    np.testing.assert_array_equal(omega["color_diff"], [0.0] * 3)  # no jitter: no mean colour shift
     assert {k: v.shape for k, v in omega.items()} == {
         "crop": (4,),
         "flip": (1,),
         "color": (4,),
+        "color_diff": (3,),
+        "grayscale": (1,),
         "blur": (1,),
         "rotation": (1,),
         "solarize": (1,),

@@ -43,7 +43,8 @@ def _stack(items: list) -> dict:
 
 
 def _both_modes(config: AugmentConfig, salt: int) -> tuple[np.ndarray, np.ndarray, list, list, dict]:
-    """(host views, finished device views, host ω, device ω, device draws) for every image."""
+    """(host views, finished device views, host ω, device ω (the measurements finish_views adds included),
+    device draws) for every image."""
     host, omega_h, dev, omega_d, draws = [], [], [], [], []
     for i, image in enumerate(IMAGES):
         seed = tf.constant([salt, i], tf.int64)
@@ -56,9 +57,13 @@ def _both_modes(config: AugmentConfig, salt: int) -> tuple[np.ndarray, np.ndarra
         omega_d.append(omega)
         draws.append(params)
     params = _stack(draws)
-    batch = {"view1": tf.stack(dev), "view2": tf.stack(dev), "device1": params, "device2": params}
+    batch = {"view1": tf.stack(dev), "view2": tf.stack(dev), "device1": params, "device2": params,
+             "omega1": _stack(omega_d), "omega2": _stack(omega_d)}
     finished = finish_views(batch, config)
     assert finished["view1"].dtype == tf.float32
+    measured = {m.name for s in registry.PIPELINE if s.stage == registry.DEVICE for m in s.measurements}
+    assert set(finished["omega1"]) == set(batch["omega1"]) | measured and measured
+    omega_d = [{k: v[i] for k, v in finished["omega1"].items()} for i in range(len(IMAGES))]
     return np.stack(host), finished["view1"].numpy(), omega_h, omega_d, params
 
 
@@ -77,9 +82,12 @@ def test_device_stage_equals_host_pipeline_on_real_images(name, config):
     assert device.shape == host.shape
     assert np.abs(device - host).mean() <= 2e-3, name
     for a, b in zip(omega_h, omega_d, strict=True):
-        assert a.keys() == b.keys() == set(registry.AUGMENTATIONS)
+        assert a.keys() == b.keys() == set(registry.OMEGA_DIMS)
         for key in a:
-            np.testing.assert_array_equal(a[key].numpy(), b[key].numpy(), err_msg=key)
+            if key == "color_diff":  # measured on the view entering the jitter: uint8-rounded in device mode
+                np.testing.assert_allclose(a[key].numpy(), b[key].numpy(), atol=2e-3, err_msg=key)
+            else:  # drawn: identical
+                np.testing.assert_array_equal(a[key].numpy(), b[key].numpy(), err_msg=key)
     if config.jitter_prob == 1.0:  # the batch mixes jitter orders: each example must get its own
         assert len({tuple(o) for o in params["color"]["order"].numpy()}) >= 5
 
@@ -110,11 +118,15 @@ def test_device_mode_dataset_ships_uint8_and_the_same_omega():
     assert dev["view1"].dtype == tf.uint8 and host["view1"].dtype == tf.float32
     assert set(dev) == set(host) | {"device1", "device2"}
     assert set(dev["device1"]) == {s.name for s in registry.PIPELINE if s.stage == registry.DEVICE}
-    for view in ("omega1", "omega2"):
-        assert set(dev[view]) == set(host[view]) == set(registry.AUGMENTATIONS)
-        for key in host[view]:
-            np.testing.assert_array_equal(dev[view][key].numpy(), host[view][key].numpy())
     finished = finish_views(dev, config)
+    for view in ("omega1", "omega2"):
+        assert set(dev[view]) == set(host[view]) - {"color_diff"}  # measured by finish_views, on the device
+        assert set(finished[view]) == set(host[view]) == set(registry.OMEGA_DIMS)
+        for key in host[view]:
+            if key == "color_diff":
+                np.testing.assert_allclose(finished[view][key].numpy(), host[view][key].numpy(), atol=2e-3)
+            else:
+                np.testing.assert_array_equal(dev[view][key].numpy(), host[view][key].numpy())
     assert np.abs(finished["view2"].numpy() - host["view2"].numpy()).mean() <= 2e-3
     with pytest.raises(ValueError, match="photometric must be one of host, device"):
         make_pair_dataset(source, config, seed=3, batch_size=8, photometric="gpu")
@@ -211,6 +223,7 @@ TOY = registry.Augmentation(
     transform_batch=_shift_batch, omega=_shift_omega, omega_dim=1,
     probability=registry.Probability("shift_prob", 0.5, "Brightness-shift probability."),
     head_dim=1, target=lambda o1, o2: o1["shift"] - o2["shift"], loss=registry.tanh_mse, metric=registry.tanh_mse,
+    descriptors=(registry.Descriptor("shift", 1, lambda omega, config: omega["shift"] * SHIFT),),  # δ itself
 )
 
 
@@ -227,6 +240,7 @@ def toy_registered():
 def test_a_toy_augmentation_is_one_entry_predicted_and_trained(toy_registered, tmp_path):
     assert [s.name for s in registry.PIPELINE][:4] == ["crop", "flip", "color", "shift"]
     assert "shift" in registry.AUGSELF_CHOICES and registry.parse_augself("crop,shift") == ("crop", "shift")
+    assert "shift" in registry.CONDITION_CHOICES and registry.parse_condition("shift,crop") == ("shift", "crop")
     config = AugmentConfig(image_size=16, probabilities=(("shift_prob", 1.0),))
     assert config.probability("shift_prob") == 1.0 and AugmentConfig().probability("shift_prob") == 0.5
     with pytest.raises(ValueError, match="shift_prob must be a probability"):
@@ -235,7 +249,8 @@ def test_a_toy_augmentation_is_one_entry_predicted_and_trained(toy_registered, t
     host, device, omega_h, _, _ = _both_modes(dataclasses.replace(config, image_size=32), salt=11)
     assert np.abs(device - host).mean() <= 2e-3
     assert all(abs(float(o["shift"][0])) > 0 for o in omega_h)
-    cfg = TrainConfig(method="simsiam", augself=("crop", "shift"), dataset="shapes", backbone="resnet18_cifar",
+    cfg = TrainConfig(method="simsiam", augself=("crop", "shift"), condition=("shift",), dataset="shapes",
+                      backbone="resnet18_cifar", condition_width=8, condition_depth=2,
                       width=0.0625, augment=config, batch_size=8, max_steps=1, model_dir=str(tmp_path),
                       method_options={"projector_dim": 16, "predictor_hidden": 8}, verbose=0, export=False,
                       photometric="device", shuffle_buffer=64, monitor="none")
@@ -243,11 +258,19 @@ def test_a_toy_augmentation_is_one_entry_predicted_and_trained(toy_registered, t
     assert result.steps == 1
     assert np.isfinite(result.last_logs["augself/shift_loss"]) and result.last_logs["augself/shift_loss"] > 0
     assert "shift" in result.model.augself_heads
+    # Its descriptor is what the conditioned projector reads (tests/test_conditioning.py tests the mechanism).
+    assert result.model.conditioning.names == ("shift",) and result.model.conditioning.size == 1
+    assert result.model.projector.embedding.trainable_variables
 
 
 def test_register_rejects_what_would_break_the_contract():
     with pytest.raises(ValueError, match="unique names and seed slots"):
         registry.register(dataclasses.replace(TOY, seed_slot=2), after="color")
+    with pytest.raises(ValueError, match="descriptors must have unique names"):
+        registry.register(dataclasses.replace(TOY, descriptors=(registry.Descriptor("crop", 1, None),)), after="color")
+    with pytest.raises(ValueError, match="measurements must have names distinct"):
+        registry.register(dataclasses.replace(TOY, measurements=(registry.Measurement("flip", 1, None),)),
+                          after="color")
     with pytest.raises(ValueError, match="does not commute"):
         registry.register(dataclasses.replace(TOY, stage=registry.HOST), after="blur")
     with pytest.raises(ValueError, match="unknown step"):

@@ -62,11 +62,13 @@ GROUPS = _groups()
 
 
 def test_there_is_a_flagfile_per_experiment():
-    assert len(NAMES) == 42
+    assert len(NAMES) == 45
     for m in ("simsiam", "moco", "byol", "simclr", "swav"):
         assert {f"stl10_{m}", f"stl10_{m}_augself"} <= set(NAMES)
     for m in ("simsiam", "moco", "supervised"):
         assert {f"imagenet100_{m}", f"imagenet100_{m}_augself"} <= set(NAMES)
+    # CASSLE (conditioned projectors) beside AugSelf: its paper's ImageNet100 MoCo v2 run, STL10 SimSiam and MoCo.
+    assert {"imagenet100_moco_cassle", "stl10_simsiam_cassle", "stl10_moco_cassle"} <= set(NAMES)
 
 
 def _expected_augself(name: str) -> tuple[str, ...]:
@@ -86,6 +88,11 @@ def test_flagfile_parses_into_the_paper_settings(name):
     cfg = parse(name)
     assert cfg.model_dir == f"runs/{name}"
     assert cfg.augself == _expected_augself(name)
+    # CASSLE's reference run (mprzewie/AugSelf README): --aug-cond crop color color_diff blur grayscale,
+    # --aug-nn-depth 6 --aug-nn-width 64.
+    cassle = name.endswith("_cassle")
+    assert cfg.condition == (("crop", "color", "color_diff", "blur", "grayscale") if cassle else ())
+    assert (cfg.condition_width, cfg.condition_depth) == (64, 6)
     opts = {k: v for k, v in cfg.method_options.items() if v is not None}
     if name.startswith("stl10_"):
         assert (cfg.dataset, cfg.split, cfg.backbone, cfg.width) == ("stl10", "train+unlabelled", "resnet18", 1.0)

@@ -110,7 +110,8 @@ class MyMethod(AugSelfModel):
 
     def __init__(self, backbone, *, projector_dim: int = 128, **kwargs) -> None:
         super().__init__(backbone, **kwargs)
-        self.projector = mlp([512, projector_dim], synchronized_bn=self.synchronized_bn, name="projector")
+        self.projector = self.conditioned(mlp([512, projector_dim], synchronized_bn=self.synchronized_bn,
+                                              name="projector"))  # reads ω under --condition
 
     def build_heads(self, feature_dim: int) -> None:
         self.projector(tf.zeros([2, feature_dim]))

@@ -10,10 +10,12 @@ import sys
 import time
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from conftest import mirrored_cpus
 
 from augself_tf.augment import AugmentConfig
+from augself_tf.training.checkpoints import saved_name
 from augself_tf.training.loop import TrainConfig, distributed_pairs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -68,9 +70,9 @@ def test_pair_stream_ignores_tensorflows_global_seed():
         np.testing.assert_array_equal(other, streams[0])
 
 
-def _launch(model_dir: str, log_path: str) -> subprocess.Popen:
+def _launch(model_dir: str, log_path: str, extra: tuple[str, ...] = ()) -> subprocess.Popen:
     # MoCo: the resumed state includes the momentum encoder and the key queue, besides weights and optimizer.
-    cmd = [sys.executable, os.path.join(ROOT, "train_main.py"), "--deterministic", "--cpu_replicas=2",
+    cmd = [sys.executable, os.path.join(ROOT, "train_main.py"), "--deterministic", "--cpu_replicas=2", *extra,
            "--method=moco", "--augself=crop,color", "--dataset=shapes", "--split=test", "--width=0.0625",
            "--image_size=16", "--batch_size=16", "--max_steps=14", "--checkpoint_every=2", "--log_every=1",
            "--queue_size=64", "--projector_hidden=32", "--projector_dim=16", "--noexport", "--photometric=device",
@@ -91,11 +93,17 @@ def _wait(proc: subprocess.Popen, log_path: str, timeout: float = 600) -> None:
         assert code == 0, f.read()[-3000:]
 
 
-def test_kill_9_mid_epoch_then_same_command_ends_bit_identical(tmp_path):
+# Conditioned projectors (CASSLE) add the ω-embedding MLPs (online and momentum) and the device-measured colour
+# shift to what must replay exactly.
+CONDITIONED = ("--condition=crop,color,color_diff,blur,grayscale", "--condition_width=8", "--condition_depth=2")
+
+
+@pytest.mark.parametrize("extra", [(), CONDITIONED], ids=["plain", "conditioned"])
+def test_kill_9_mid_epoch_then_same_command_ends_bit_identical(tmp_path, extra):
     """Two replicas, --deterministic: SIGKILL after a mid-epoch checkpoint, rerun the command, compare bits."""
     full, killed = str(tmp_path / "full"), str(tmp_path / "killed")
-    reference = _launch(full, str(tmp_path / "full.log"))
-    victim = _launch(killed, str(tmp_path / "killed.log"))
+    reference = _launch(full, str(tmp_path / "full.log"), extra)
+    victim = _launch(killed, str(tmp_path / "killed.log"), extra)
     ckpts = os.path.join(killed, "checkpoints")
     deadline = time.time() + 600
     while time.time() < deadline and victim.poll() is None:
@@ -107,13 +115,14 @@ def test_kill_9_mid_epoch_then_same_command_ends_bit_identical(tmp_path):
     victim.wait()
     left = tf.train.latest_checkpoint(ckpts)
     assert left is not None and int(left.rsplit("-", 1)[1]) < 14, left
-    resumed = _launch(killed, str(tmp_path / "resumed.log"))
+    resumed = _launch(killed, str(tmp_path / "resumed.log"), extra)
     _wait(reference, str(tmp_path / "full.log"))
     _wait(resumed, str(tmp_path / "resumed.log"))
     with open(tmp_path / "resumed.log") as f:
         assert f"Resumed from {left}" in f.read()
     a, b = _values(full), _values(killed)
     assert a.keys() == b.keys() and any("queue" in k for k in a)
-    assert int(a["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"]) == 14
+    assert any("omega" in k for k in a) == bool(extra)  # the ω-MLPs (online and key) are checkpointed
+    assert int(a[saved_name("optimizer/torch_sgd/iteration")]) == 14
     different = [k for k in a if not np.array_equal(a[k], b[k])]
     assert not different, f"{len(different)} of {len(a)} tensors differ, e.g. {different[:3]}"

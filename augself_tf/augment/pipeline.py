@@ -26,10 +26,13 @@ def _run(
     for step in registry.PIPELINE:
         params = step.sample(step_seeds[step.seed_slot], tf.shape(view), config)
         if device_params is not None and step.stage == registry.DEVICE:
-            device_params[step.name] = params
+            device_params[step.name] = params  # its measurements are taken in finish_views
         else:
+            before = view
             view = step.transform(view, params, config)
             view = tf.ensure_shape(view, [size, size, 3])  # keep the static shape through tf.cond branches
+            measured = step.measure(before, view, params, config)
+            omega.update({m.name: tf.ensure_shape(measured[m.name], [m.dim]) for m in step.measurements})
         if step.omega is not None:
             omega[step.name] = tf.ensure_shape(tf.cast(step.omega(params, config), tf.float32), [step.omega_dim])
     return tf.ensure_shape(tf.clip_by_value(view, 0.0, 1.0), [size, size, 3]), omega
@@ -50,8 +53,8 @@ def augment_view(
 
     Returns:
       (view, omega): view float32 [S, S, 3] in [0, 1] with S = config.image_size; omega a dict of float32
-      tensors {"crop": [4], "flip": [1], "color": [4], "blur": [1], "rotation": [1], "solarize": [1]}
-      (see docs/architecture.md and ``registry``).
+      tensors {"crop": [4], "flip": [1], "color": [4], "color_diff": [3], "solarize": [1], "grayscale": [1],
+      "blur": [1], "rotation": [1]} (``registry.OMEGA_DIMS``; see docs/architecture.md and ``registry``).
     """
     return _run(image, seed, AugmentConfig() if config is None else config, None)
 
@@ -66,7 +69,8 @@ def augment_view_for_device(
     rounding of the geometric stage.
 
     Returns:
-      (view uint8 [S, S, 3], omega as ``augment_view``'s, {device step name: its draws}).
+      (view uint8 [S, S, 3], omega as ``augment_view``'s but for the device steps' measurements (colour
+      jitter's ``color_diff``), which ``finish_views`` adds, {device step name: its draws}).
     """
     params: dict[str, dict[str, tf.Tensor]] = {}
     view, omega = _run(image, seed, AugmentConfig() if config is None else config, params)
@@ -78,11 +82,12 @@ def finish_views(batch: Mapping[str, tf.Tensor], config: AugmentConfig) -> dict:
 
     A batch from ``make_pair_dataset(..., photometric="device")`` carries uint8 views and the device steps'
     draws under ``device1`` / ``device2``: colour jitter (per-example factors and order), solarization,
-    grayscale and Gaussian blur run here as batched tensor ops, in pipeline order. A host-mode batch
-    (float views, no draws) is only cast. Graph-safe, XLA-compatible, per replica.
+    grayscale and Gaussian blur run here as batched tensor ops, in pipeline order, and the ω entries those
+    steps measure on their images (``registry.Measurement``) are added to ``omega1`` / ``omega2``. A host-mode
+    batch (float views, no draws, ω complete) is only cast. Graph-safe, XLA-compatible, per replica.
     """
     out = dict(batch)
-    for view_key, params_key in (("view1", "device1"), ("view2", "device2")):
+    for view_key, params_key, omega_key in (("view1", "device1", "omega1"), ("view2", "device2", "omega2")):
         views = batch[view_key]
         if params_key not in batch:
             if views.dtype == tf.uint8:
@@ -90,10 +95,15 @@ def finish_views(batch: Mapping[str, tf.Tensor], config: AugmentConfig) -> dict:
             out[view_key] = tf.cast(views, tf.float32)
             continue
         x = tf.cast(views, tf.float32) / 255.0
+        measured = {}
         for step in registry.PIPELINE:
             if step.stage == registry.DEVICE:
-                x = step.transform_batch(x, batch[params_key][step.name], config)
+                params = batch[params_key][step.name]
+                before, x = x, step.transform_batch(x, params, config)
+                measured.update(step.measure(before, x, params, config))
         out[view_key] = tf.clip_by_value(x, 0.0, 1.0)
+        if measured:
+            out[omega_key] = {**batch.get(omega_key, {}), **measured}
     return out
 
 

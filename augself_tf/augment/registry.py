@@ -1,14 +1,17 @@
-"""THE registry of augmentations: how each is sampled and applied, its ω, its AugSelf target and loss.
+"""THE registry of augmentations: how each is sampled and applied, its ω, its AugSelf target and loss, and
+what a conditioned projector (CASSLE) reads of it.
 
 ``PIPELINE`` lists the steps in their (fixed) order of application (docs/architecture.md): RandomResizedCrop
 -> horizontal flip -> colour jitter -> solarization -> grayscale -> Gaussian blur -> rotation by k*90°.
 Steps whose parameters AugSelf can predict are ``Augmentation`` entries and appear in ``AUGMENTATIONS``
-(grayscale has no ω and does not).
+(grayscale has an ω, 1 if applied, but is not predicted).
 Each entry declares its draws, its stage (``HOST``: in tf.data; ``DEVICE``: pixel-wise, may run batched in
-the training step via ``finish_views``), its probability knob and its ω. Adding an augmentation = its op +
-its entry (in ``_publish`` below, or ``register(entry, after=...)``); ``augment_view``, ``finish_views``,
-``omega_diff``, train_main's probability flags, ``AugmentConfig`` validation, the model's heads and losses
-all loop over this.
+the training step via ``finish_views``), its probability knob, its ω, the ω entries measured on its images
+(``Measurement``: colour jitter's mean colour shift) and its descriptors (``Descriptor``: the view's
+description that ``--condition`` feeds the projector). Adding an augmentation = its op + its entry (in
+``_publish`` below, or ``register(entry, after=...)``); ``augment_view``, ``finish_views``, ``omega_diff``,
+train_main's probability flags, ``AugmentConfig`` validation, the model's heads, losses and conditioning all
+loop over this.
 
 Randomness: ``augment_view`` gives every step its own seed, row ``seed_slot`` of
 ``stateless_split(seed, NUM_SEED_SLOTS)``; a step splits it further for its own draws. Slots are fixed per
@@ -40,6 +43,11 @@ TransformFn = Callable[[tf.Tensor, Params, AugmentConfig], tf.Tensor]
 BatchTransformFn = Callable[[tf.Tensor, Params, AugmentConfig], tf.Tensor]
 # (params, config) -> ω float32 [omega_dim] of one view
 OmegaFn = Callable[[Params, AugmentConfig], tf.Tensor]
+# (image entering the step, image leaving it, params, config) -> a statistic float32 [..., dim]; the images are
+# [S,S,3] on the host path and [B,S,S,3] in the device stage, so the function must work on both
+MeasureFn = Callable[[tf.Tensor, tf.Tensor, Params, AugmentConfig], tf.Tensor]
+# (ω dict of a batch of views, entries [B, k], config) -> the views' description [B, dim]
+DescribeFn = Callable[[Omega, AugmentConfig], tf.Tensor]
 
 HOST, DEVICE = "host", "device"
 
@@ -68,6 +76,43 @@ class Probability:
         return self.when_predicted if (predicted and self.when_predicted is not None) else self.default
 
 
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """An ω entry measured on the images rather than drawn: a statistic of a step's input and output.
+
+    It is computed wherever the step runs: in ``augment_view`` (the host path), or in ``finish_views`` for a
+    device step left to the training step, which adds it to the batch's ω. The two agree up to the uint8
+    rounding of the device stage's input.
+
+    Attributes:
+      name: its key in ω (distinct from every step's name).
+      dim: its size per view.
+      measure: (image before, image after, params, config) -> [..., dim].
+    """
+
+    name: str
+    dim: int
+    measure: MeasureFn
+
+
+@dataclasses.dataclass(frozen=True)
+class Descriptor:
+    """What a conditioned projector (``--condition``, CASSLE) reads of one augmentation of a view.
+
+    A function of the view's own ω (no image), declared by the step it describes; the model concatenates the
+    chosen descriptors (sorted by name, as the reference code) into the view's description.
+
+    Attributes:
+      name: the ``--condition`` name.
+      dim: its size per view.
+      describe: (ω dict of a batch of views, config) -> [B, dim].
+    """
+
+    name: str
+    dim: int
+    describe: DescribeFn
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Step:
     """One stage of the pipeline: draw its parameters, apply them, report its ω.
@@ -82,8 +127,10 @@ class Step:
       transform_batch: the device stage's batched transform (required when ``stage == DEVICE``); it must
         compute what ``transform`` computes, example by example.
       probability: the step's probability knob, or None (always applied).
-      omega: (params, config) -> ω [omega_dim], or None for a step without ω (grayscale).
+      omega: (params, config) -> ω [omega_dim], or None for a step without ω.
       omega_dim: size of ω per view (0 without ω).
+      measurements: ω entries measured on the step's input and output images (``Measurement``).
+      descriptors: what ``--condition`` can feed the projector about this step (``Descriptor``).
       commutes_with_device: a host step placed after device steps must commute with them (rotation by
         k·90° does, with pixel-wise ops and the symmetric blur), so the device mode can run it first.
     """
@@ -97,6 +144,8 @@ class Step:
     probability: Probability | None = None
     omega: OmegaFn | None = None
     omega_dim: int = 0
+    measurements: tuple[Measurement, ...] = ()
+    descriptors: tuple[Descriptor, ...] = ()
     commutes_with_device: bool = False
 
     def apply(self, image: tf.Tensor, seed: tf.Tensor, config: AugmentConfig) -> tuple[tf.Tensor, tf.Tensor | None]:
@@ -104,6 +153,10 @@ class Step:
         params = self.sample(seed, tf.shape(image), config)
         omega = None if self.omega is None else self.omega(params, config)
         return self.transform(image, params, config), omega
+
+    def measure(self, before: tf.Tensor, after: tf.Tensor, params: Params, config: AugmentConfig) -> dict:
+        """{name: statistic} of every measurement of this step, from the images entering and leaving it."""
+        return {m.name: tf.cast(m.measure(before, after, params, config), tf.float32) for m in self.measurements}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -315,6 +368,13 @@ def _color_omega(params: Params, config: AugmentConfig) -> tf.Tensor:
     return tf.where(params["applied"], params["u"], tf.constant(color_identity_omega(config), tf.float32))
 
 
+def _color_mean_shift(before: tf.Tensor, after: tf.Tensor, params: Params, config: AugmentConfig) -> tf.Tensor:
+    """Per-channel mean of the image entering the jitter minus that of the jittered image (CASSLE's
+    ``color_diff``); exactly 0 when the jitter is not applied (the same image leaves)."""
+    del params, config
+    return tf.reduce_mean(before, axis=[-3, -2]) - tf.reduce_mean(after, axis=[-3, -2])
+
+
 # solarize (device): right after colour jitter ---------------------------------------------------------
 
 
@@ -338,7 +398,7 @@ def _solarize_omega(params: Params, config: AugmentConfig) -> tf.Tensor:
     return tf.reshape(tf.where(params["applied"], params["delta"], 1.0), [1])
 
 
-# grayscale (device), no ω ------------------------------------------------------------------------------
+# grayscale (device), ω = 1 if applied (not predicted by AugSelf; read by --condition) ---------------------
 
 
 def _sample_grayscale(seed: tf.Tensor, shape: tf.Tensor, config: AugmentConfig) -> Params:
@@ -468,6 +528,51 @@ def categorical_error(pred: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
     return tf.cast(tf.not_equal(guess, tf.cast(target, tf.int32)), tf.float32)
 
 
+# ------------------------------------------------------------------- descriptors (--condition, CASSLE)
+# The reference code (mprzewie/AugSelf, transforms.extract_aug_descriptors) describes a view by: crop (centre
+# in the displayed frame, size), colour ((factor - 1) / range width, 0 when not applied), the mean colour
+# shift of the jitter, flip, blur σ in pixels (0 when not applied) and grayscale (1 if applied).
+
+
+def _crop_descriptor(omega: Omega, config: AugmentConfig) -> tf.Tensor:
+    """(cy, cx, h, w) with the centre in the view's displayed frame: cx <- 1 - cx when the view is flipped."""
+    del config
+    crop = tf.cast(omega["crop"], tf.float32)
+    flipped = tf.cast(omega["flip"], tf.float32) > 0.5
+    cx = tf.where(flipped, 1.0 - crop[..., 1:2], crop[..., 1:2])
+    return tf.concat([crop[..., 0:1], cx, crop[..., 2:4]], axis=-1)
+
+
+def _color_descriptor(omega: Omega, config: AugmentConfig) -> tf.Tensor:
+    """(factor − identity factor) / (hi − lo) per component: ω − ω(identity), 0 when not applied.
+
+    With factor = lo + ω·(hi − lo) and the identity factor (1, 1, 1, 0) = lo + ω_id·(hi − lo), this is ω − ω_id
+    exactly, also for a zero-strength component (where the reference divides 0 by 0).
+    """
+    return tf.cast(omega["color"], tf.float32) - tf.constant(color_identity_omega(config), tf.float32)
+
+
+def _blur_descriptor(omega: Omega, config: AugmentConfig) -> tf.Tensor:
+    """σ in output pixels, 0 when not applied (the reference feeds the raw σ)."""
+    return tf.cast(omega["blur"], tf.float32) * config.blur_sigma[1]
+
+
+def _rotation_descriptor(omega: Omega, config: AugmentConfig) -> tf.Tensor:
+    """One-hot k of the rotation by k·90° (size 4, as the reference's disabled "rot" entry)."""
+    del config
+    k = tf.cast(tf.round(tf.cast(omega["rotation"], tf.float32)), tf.int32)[..., 0]
+    return tf.one_hot(k, 4, dtype=tf.float32)
+
+
+def _as_is(name: str) -> DescribeFn:
+    def describe(omega: Omega, config: AugmentConfig) -> tf.Tensor:
+        del config
+        return tf.cast(omega[name], tf.float32)
+
+    describe.__doc__ = f"ω[{name!r}] as it is."
+    return describe
+
+
 # ------------------------------------------------------------------------------------------- registry
 
 
@@ -479,27 +584,33 @@ def _regression(name: str, **fields) -> Augmentation:
 
 CROP = _regression(
     "crop", seed_slot=0, sample=_sample_crop, transform=_crop, omega=_crop_omega, omega_dim=4, target=crop_target,
+    descriptors=(Descriptor("crop", 4, _crop_descriptor),),
 )
 FLIP = Augmentation(
     name="flip", seed_slot=1, sample=_sample_flip, transform=_flip, omega=_applied_omega, omega_dim=1,
     probability=Probability("flip_prob", 0.5, "Horizontal-flip probability."),
     head_dim=1, target=flip_target, loss=binary_cross_entropy, metric=binary_error,
+    descriptors=(Descriptor("flip", 1, _as_is("flip")),),
 )
 COLOR = _regression(
     "color", seed_slot=2, sample=_sample_color, transform=_color, stage=DEVICE, transform_batch=_color_batch,
     omega=_color_omega, omega_dim=4, probability=Probability("jitter_prob", 0.8, "Colour-jitter probability."),
+    measurements=(Measurement("color_diff", 3, _color_mean_shift),),
+    descriptors=(Descriptor("color", 4, _color_descriptor), Descriptor("color_diff", 3, _as_is("color_diff"))),
 )
 GRAYSCALE = Step(
     name="grayscale", seed_slot=3, sample=_sample_grayscale, transform=_grayscale, stage=DEVICE,
     transform_batch=_grayscale_batch, probability=Probability("gray_prob", 0.2, "Grayscale probability."),
+    omega=_applied_omega, omega_dim=1, descriptors=(Descriptor("grayscale", 1, _as_is("grayscale")),),
 )
 BLUR = _regression(
     "blur", seed_slot=4, sample=_sample_blur, transform=_blur, stage=DEVICE, transform_batch=_blur_batch,
     omega=_blur_omega, omega_dim=1, probability=Probability("blur_prob", 0.5, "Gaussian-blur probability."),
+    descriptors=(Descriptor("blur", 1, _blur_descriptor),),
 )
 ROTATION = Augmentation(
     name="rotation", seed_slot=5, sample=_sample_rotation, transform=_rotate, omega=_rotation_omega, omega_dim=1,
-    commutes_with_device=True,
+    commutes_with_device=True, descriptors=(Descriptor("rotation", 4, _rotation_descriptor),),
     probability=Probability("rotation_prob", 0.0, "Rotation probability (default 0.5 when rotation is predicted, "
                             "else 0).", when_predicted=0.5),
     head_dim=4, target=rotation_target, loss=categorical_cross_entropy, metric=categorical_error,
@@ -509,6 +620,7 @@ SOLARIZE = _regression(
     transform_batch=_solarize_batch, omega=_solarize_omega, omega_dim=1,
     probability=Probability("solarize_prob", 0.0, "Solarization probability (default 0.5 when solarize is "
                             "predicted, else 0).", when_predicted=0.5),
+    descriptors=(Descriptor("solarize", 1, _as_is("solarize")),),  # δ, 1 when not applied: the reference's
 )
 
 # Order of application (fixed; docs/architecture.md): solarization comes right after colour jitter, as in the
@@ -520,6 +632,11 @@ PIPELINE: list[Step] = []
 AUGMENTATIONS: dict[str, Augmentation] = {}
 AUGSELF_CHOICES: list[str] = []
 NUM_SEED_SLOTS: int = 0
+# Every ω entry of a view and its size: the steps' ω and their measurements.
+OMEGA_DIMS: dict[str, int] = {}
+# The descriptors --condition can choose, by name (listed by seed slot, as AUGMENTATIONS).
+DESCRIPTORS: dict[str, Descriptor] = {}
+CONDITION_CHOICES: list[str] = []
 
 
 def _check(pipeline: list[Step]) -> None:
@@ -536,6 +653,15 @@ def _check(pipeline: list[Step]) -> None:
         if (step.omega is None) != (step.omega_dim == 0):
             raise ValueError(f"step {step.name!r}: omega and omega_dim go together")
         seen_device |= step.stage == DEVICE
+    omega_names = [s.name for s in pipeline if s.omega is not None]
+    omega_names += [m.name for s in pipeline for m in s.measurements]
+    step_names = {s.name for s in pipeline}
+    measured = {m.name for s in pipeline for m in s.measurements}
+    if len(set(omega_names)) != len(omega_names) or measured & step_names:
+        raise ValueError("measurements must have names distinct from each other and from every step")
+    descriptors = [d.name for s in pipeline for d in s.descriptors]
+    if len(set(descriptors)) != len(descriptors):
+        raise ValueError("descriptors must have unique names")
 
 
 def _publish(pipeline: list[Step]) -> None:
@@ -548,6 +674,13 @@ def _publish(pipeline: list[Step]) -> None:
     )
     AUGSELF_CHOICES[:] = list(AUGMENTATIONS)
     NUM_SEED_SLOTS = max(s.seed_slot for s in pipeline) + 1
+    by_slot = sorted(pipeline, key=lambda s: s.seed_slot)
+    OMEGA_DIMS.clear()
+    OMEGA_DIMS.update({s.name: s.omega_dim for s in by_slot if s.omega is not None})
+    OMEGA_DIMS.update({m.name: m.dim for s in by_slot for m in s.measurements})
+    DESCRIPTORS.clear()
+    DESCRIPTORS.update({d.name: d for s in by_slot for d in s.descriptors})
+    CONDITION_CHOICES[:] = list(DESCRIPTORS)
 
 
 def register(step: Step, *, after: str) -> None:
@@ -598,6 +731,26 @@ def parse_augself(text: str | None) -> tuple[str, ...]:
             raise ValueError(
                 f"unknown AugSelf augmentation {name!r}; choose from {', '.join(AUGSELF_CHOICES)}"
             )
+        if name not in names:
+            names.append(name)
+    return tuple(names)
+
+
+def parse_condition(text: str | None) -> tuple[str, ...]:
+    """Parses a comma-separated list of descriptors for ``--condition``, e.g. "crop,color" -> ("crop", "color").
+
+    Empty text or "none" -> (). Whitespace is ignored; duplicates are dropped (first occurrence kept).
+
+    Raises:
+      ValueError: for a name that is not in ``DESCRIPTORS``.
+    """
+    if text is None or text.strip().lower() in ("", "none"):
+        return ()
+    names: list[str] = []
+    for raw in text.split(","):
+        name = raw.strip()
+        if name not in DESCRIPTORS:
+            raise ValueError(f"unknown descriptor {name!r} for --condition; choose from {', '.join(CONDITION_CHOICES)}")
         if name not in names:
             names.append(name)
     return tuple(names)

@@ -2,10 +2,10 @@
 
 A method (SimSiam, MoCo, ...) subclasses `AugSelfModel` and writes only its own heads in `__init__` and
 `build_heads`, and its loss in `method_loss` (or `method_forward` when view 2 does not go through the online
-backbone, as in MoCo). Everything else — both AugSelf orders, λ, cross-replica loss scaling, mixed-precision
-loss scaling, post-step updates — lives here; coupled L2 and the constant-lr group are the optimizer's
-(:class:`augself_tf.training.optim.TorchSGD`), which reads `constant_lr_variables`.
-docs/architecture.md ("Adding a method") walks through a new method.
+backbone, as in MoCo). Everything else — both AugSelf orders, λ, conditioned projectors (``--condition``),
+cross-replica loss scaling, mixed-precision loss scaling, post-step updates — lives here; coupled L2 and the
+constant-lr group are the optimizer's (:class:`augself_tf.training.optim.TorchSGD`), which reads
+`constant_lr_variables`. docs/architecture.md ("Adding a method") walks through a new method.
 """
 
 from __future__ import annotations
@@ -19,6 +19,14 @@ import tensorflow as tf
 
 from augself_tf.augment import AugmentConfig, finish_views
 from augself_tf.augment.registry import AUGMENTATIONS
+from augself_tf.methods.conditioning import (
+    DEFAULT_DEPTH,
+    DEFAULT_WIDTH,
+    ConditionedHead,
+    Conditioning,
+    condition_head,
+    head_input,
+)
 from augself_tf.models.resnet import mlp
 
 AUGSELF_HIDDEN = 512
@@ -77,7 +85,16 @@ class AugSelfModel(keras.Model):
       augself_weight: λ in L = L_method + λ·Σ_aug L_aug.
       synchronized_bn: cross-replica batch statistics in the heads.
       augment: the augmentation settings, for the device stage of a batch made with
-        ``photometric="device"`` (``finish_views`` runs at the start of every step, per replica).
+        ``photometric="device"`` (``finish_views`` runs at the start of every step, per replica), and for the
+        descriptors of ``condition``.
+      condition: descriptors (keys of ``registry.DESCRIPTORS``) each view's projector is conditioned on
+        (CASSLE, `augself_tf.methods.conditioning`); () = none, the plain method.
+      condition_width / condition_depth: the ω-embedding MLP's units per layer and linear layers.
+
+    Conditioning: a method wraps the head that reads the features in ``self.conditioned(...)`` (identity when
+    ``condition`` is empty) and gets [f, d] instead of f in ``method_loss`` — ``head_input`` — where d is the
+    view's description; a method with its own ``method_forward`` builds that input with ``head_input`` and
+    passes ``describe(ω)`` to its momentum encoder.
     """
 
     method_name = "none"
@@ -99,6 +116,9 @@ class AugSelfModel(keras.Model):
         augself_weight: float = 1.0,
         synchronized_bn: bool = False,
         augment: AugmentConfig | None = None,
+        condition: tuple[str, ...] = (),
+        condition_width: int = DEFAULT_WIDTH,
+        condition_depth: int = DEFAULT_DEPTH,
         **kwargs,
     ) -> None:
         super().__init__(name=kwargs.pop("name", self.method_name), **kwargs)
@@ -113,6 +133,7 @@ class AugSelfModel(keras.Model):
         self.augself_weight = float(augself_weight)
         self.synchronized_bn = synchronized_bn
         self.augment_config = augment or AugmentConfig()
+        self.conditioning = Conditioning.create(condition, condition_width, condition_depth)
         self.augself_heads = {
             name: mlp(
                 [AUGSELF_HIDDEN, AUGSELF_HIDDEN, AUGMENTATIONS[name].head_dim],
@@ -125,7 +146,8 @@ class AugSelfModel(keras.Model):
 
     # ----------------------------------------------------------------- hooks for methods
     def method_loss(self, f1: tf.Tensor, f2: tf.Tensor, batch: dict, training: bool) -> tuple[tf.Tensor, dict]:
-        """The invariance objective on backbone features of both views. Default: none (AugSelf alone)."""
+        """The invariance objective on the head inputs of both views: the backbone features, with each view's
+        description appended when conditioned (`head_input`). Default: none (AugSelf alone)."""
         del f1, f2, batch, training
         return tf.constant(0.0), {}
 
@@ -133,11 +155,13 @@ class AugSelfModel(keras.Model):
         """Both views through the backbone, then `method_loss`. Override when view 2 uses another encoder."""
         f1 = self.backbone(batch["view1"], training=training)
         f2 = self.backbone(batch["view2"], training=training)
-        loss, logs = self.method_loss(f1, f2, batch, training)
+        loss, logs = self.method_loss(self.head_input(f1, batch["omega1"]), self.head_input(f2, batch["omega2"]),
+                                      batch, training)
         return Forward(f1, f2, loss, logs)
 
     def build_heads(self, feature_dim: int) -> None:
-        """Creates the variables of the method's own layers (so the optimizer sees every one before step 1)."""
+        """Creates the variables of the method's own layers (so the optimizer sees every one before step 1);
+        `feature_dim` is the size of the head input (`head_input_dim`)."""
         del feature_dim
 
     def constant_lr_variables(self) -> list[tf.Variable]:
@@ -157,6 +181,24 @@ class AugSelfModel(keras.Model):
         """Runs after the optimizer step inside the replica (EMA targets, queues); `forward` is this
         replica's `method_forward` result."""
         del batch, forward
+
+    # ----------------------------------------------------------------- conditioning (CASSLE)
+    def conditioned(self, head: keras.layers.Layer) -> keras.layers.Layer:
+        """`head` reading [f, e(d)] from the head input [f, d] when conditioned, else `head` itself."""
+        return condition_head(head, self.conditioning, synchronized_bn=self.synchronized_bn)
+
+    def describe(self, omega: dict) -> tf.Tensor | None:
+        """The views' descriptions [B, n] from their ω, or None when not conditioned."""
+        return None if self.conditioning is None else self.conditioning.describe(omega, self.augment_config)
+
+    def head_input(self, features: tf.Tensor, omega: dict) -> tf.Tensor:
+        """What the method's heads read of a view: its features, and its description when conditioned."""
+        return features if self.conditioning is None else head_input(features, self.describe(omega))
+
+    @property
+    def head_input_dim(self) -> int:
+        """Size of `head_input`."""
+        return self.feature_dim + (0 if self.conditioning is None else self.conditioning.size)
 
     # ----------------------------------------------------------------- AugSelf
     def augself_loss(
@@ -184,10 +226,15 @@ class AugSelfModel(keras.Model):
         """Creates every variable (backbone, method heads, AugSelf heads) before training starts."""
         x = tf.zeros([2, image_size, image_size, 3])
         f = self.backbone(x, training=False)
-        self.build_heads(self.feature_dim)
+        self.build_heads(self.head_input_dim)
         for head in self.augself_heads.values():
             head(tf.zeros([2, 2 * self.feature_dim]), training=False)
         del f
+        if self.conditioning is not None and not any(
+                isinstance(layer, ConditionedHead) for layer in self._flatten_layers(include_self=False)):
+            # Its heads would read the raw description unembedded: refuse rather than train something else.
+            raise ValueError(f"--condition: method '{self.method_name}' conditions no head (a method wraps its "
+                             "projector in self.conditioned(...))")
         self.built = True
 
     def compute_losses(self, batch: dict, training: bool = True) -> Losses:

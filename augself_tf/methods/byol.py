@@ -61,10 +61,11 @@ class BYOL(AugSelfModel):
         self.target_momentum = float(target_momentum)
         self.total_steps = total_steps
         sync = self.synchronized_bn
-        self.projector = mlp([projector_hidden, projector_dim], synchronized_bn=sync, name="projector")
+        self.projector = self.conditioned(mlp([projector_hidden, projector_dim], synchronized_bn=sync,
+                                              name="projector"))
         self.predictor = mlp([predictor_hidden, projector_dim], synchronized_bn=sync, name="predictor")
         self.target_encoder = MomentumEncoder(backbone, [projector_hidden, projector_dim], synchronized_bn=sync,
-                                              name="target")
+                                              name="target", conditioning=self.conditioning)
         # Keeps the checkpoint keys model/target_backbone/... of runs saved before the shared encoder: they restore.
         self.target_backbone, self.target_projector = self.target_encoder.backbone, self.target_encoder.projector
 
@@ -83,8 +84,8 @@ class BYOL(AugSelfModel):
     def method_loss(self, f1, f2, batch, training):
         p1 = self.predictor(self.projector(f1, training=training), training=training)
         p2 = self.predictor(self.projector(f2, training=training), training=training)
-        _, t1 = self.target_encoder.encode(batch["view1"], training=training)
-        _, t2 = self.target_encoder.encode(batch["view2"], training=training)
+        _, t1 = self.target_encoder.encode(batch["view1"], training, self.describe(batch["omega1"]))
+        _, t2 = self.target_encoder.encode(batch["view2"], training, self.describe(batch["omega2"]))
         loss = byol_regression(p1, t2) + byol_regression(p2, t1)
         if getattr(self, "optimizer", None) is None:  # called outside training (tests, evaluation)
             return loss, {}

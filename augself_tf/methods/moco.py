@@ -46,9 +46,10 @@ class MoCo(AugSelfModel):
         self.queue_size = queue_size
         self.projector_dim = projector_dim
         sync = self.synchronized_bn
-        self.projector = mlp([projector_hidden, projector_dim], synchronized_bn=sync, name="projector")
+        self.projector = self.conditioned(mlp([projector_hidden, projector_dim], synchronized_bn=sync,
+                                              name="projector"))
         self.key_encoder = MomentumEncoder(backbone, [projector_hidden, projector_dim], synchronized_bn=sync,
-                                           name="key")
+                                           name="key", conditioning=self.conditioning)
         # Keeps the checkpoint keys model/key_backbone/... of runs saved before the shared encoder: they restore.
         self.key_backbone, self.key_projector = self.key_encoder.backbone, self.key_encoder.projector
 
@@ -68,8 +69,9 @@ class MoCo(AugSelfModel):
 
     def method_forward(self, batch, training):
         f1 = self.backbone(batch["view1"], training=training)
-        q = tf.math.l2_normalize(tf.cast(self.projector(f1, training=training), tf.float32), -1)
-        f2, k = self.key_encoder.encode(batch["view2"], training=training)
+        q = self.projector(self.head_input(f1, batch["omega1"]), training=training)
+        q = tf.math.l2_normalize(tf.cast(q, tf.float32), -1)
+        f2, k = self.key_encoder.encode(batch["view2"], training, self.describe(batch["omega2"]))
         f2 = tf.stop_gradient(f2)
         k = tf.stop_gradient(tf.math.l2_normalize(tf.cast(k, tf.float32), -1))
         loss = info_nce(q, k, tf.convert_to_tensor(self.queue), self.temperature)

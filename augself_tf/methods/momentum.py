@@ -12,6 +12,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from augself_tf.methods.conditioning import Conditioning, condition_head, head_input
 from augself_tf.models.resnet import mlp
 
 
@@ -23,23 +24,32 @@ class MomentumEncoder(keras.layers.Layer):
       projector_dims: output sizes of the projector's linear layers (`mlp`'s `dims`), as the online projector.
       synchronized_bn: cross-replica batch statistics in the projector.
       name: prefix of the layer names ("key" → `key_encoder`, `key_projector`).
+      conditioning: the online projector's conditioning (CASSLE): the target projector then has its own EMA
+        copy of the ω-embedding MLP, as the reference deep-copies the conditioned projector; None: plain.
 
     The online networks are passed to `initialize` and `update` rather than stored here: as attributes of
     this layer they would be tracked as its own weights, and so excluded from the optimizer.
     """
 
-    def __init__(self, backbone: keras.Model, projector_dims: list[int], *, synchronized_bn: bool, name: str) -> None:
+    def __init__(self, backbone: keras.Model, projector_dims: list[int], *, synchronized_bn: bool, name: str,
+                 conditioning: Conditioning | None = None) -> None:
         super().__init__(name=f"{name}_encoder")
         self.backbone = keras.models.clone_model(backbone)
-        self.projector = mlp(projector_dims, synchronized_bn=synchronized_bn, name=f"{name}_projector")
+        self.projector = condition_head(mlp(projector_dims, synchronized_bn=synchronized_bn, name=f"{name}_projector"),
+                                        conditioning, synchronized_bn=synchronized_bn)
 
-    def encode(self, images: tf.Tensor, training: bool) -> tuple[tf.Tensor, tf.Tensor]:
-        """(backbone features, projection) of `images`; callers stop the gradient where they need to."""
+    def encode(self, images: tf.Tensor, training: bool,
+               description: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+        """(backbone features, projection) of `images`; callers stop the gradient where they need to.
+
+        `description`: the views' descriptions [B, n] when the projector is conditioned (`AugSelfModel.describe`).
+        """
         features = self.backbone(images, training=training)
-        return features, self.projector(features, training=training)
+        return features, self.projector(head_input(features, description), training=training)
 
     def initialize(self, online_backbone: keras.Model, online_projector: keras.Layer, feature_dim: int) -> None:
-        """Creates the projector's variables and copies every online weight into the target (m = 0)."""
+        """Creates the projector's variables and copies every online weight into the target (m = 0);
+        `feature_dim` is the size of the projector's input (features and description when conditioned)."""
         self.projector(tf.zeros([2, feature_dim]))
         self.backbone(tf.zeros([2, 8, 8, 3]))
         for online, target in self._pairs(online_backbone, online_projector):

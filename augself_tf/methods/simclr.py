@@ -61,8 +61,8 @@ class SimCLR(AugSelfModel):
                  temperature: float = 0.2, **kwargs) -> None:
         super().__init__(backbone, **kwargs)
         self.temperature = float(temperature)
-        self.projector = mlp([projector_hidden, projector_dim], synchronized_bn=self.synchronized_bn,
-                             name="projector")
+        self.projector = self.conditioned(mlp([projector_hidden, projector_dim], synchronized_bn=self.synchronized_bn,
+                                              name="projector"))
 
     def build_heads(self, feature_dim: int) -> None:
         self.projector(tf.zeros([2, feature_dim]))

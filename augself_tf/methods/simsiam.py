@@ -34,7 +34,8 @@ class SimSiam(AugSelfModel):
                  predictor_hidden: int = 512, **kwargs) -> None:
         super().__init__(backbone, **kwargs)
         sync = self.synchronized_bn
-        self.projector = mlp([projector_dim] * projector_layers, last_bn=True, synchronized_bn=sync, name="projector")
+        self.projector = self.conditioned(mlp([projector_dim] * projector_layers, last_bn=True, synchronized_bn=sync,
+                                              name="projector"))
         self.predictor = mlp([predictor_hidden, projector_dim], synchronized_bn=sync, name="predictor")
 
     def build_heads(self, feature_dim: int) -> None:

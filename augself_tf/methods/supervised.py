@@ -34,7 +34,7 @@ class Supervised(AugSelfModel):
         if num_classes is None or num_classes < 1:
             raise ValueError(f"supervised pretraining needs num_classes >= 1, got {num_classes}")
         self.num_classes = int(num_classes)
-        self.classifier = Linear(self.num_classes, name="classifier")
+        self.classifier = self.conditioned(Linear(self.num_classes, name="classifier"))
 
     def build_heads(self, feature_dim: int) -> None:
         self.classifier(tf.zeros([2, feature_dim]))

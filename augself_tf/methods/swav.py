@@ -91,8 +91,8 @@ class SwAV(AugSelfModel):
         if freeze_prototypes_steps < 0:
             freeze_prototypes_steps = steps_per_epoch or 0
         self.freeze_prototypes_steps = int(freeze_prototypes_steps)
-        self.projector = mlp([projector_hidden, projector_dim], synchronized_bn=self.synchronized_bn,
-                             name="projector")
+        self.projector = self.conditioned(mlp([projector_hidden, projector_dim], synchronized_bn=self.synchronized_bn,
+                                              name="projector"))
         self.prototypes = Linear(num_prototypes, use_bias=False, name="prototypes")
 
     def build_heads(self, feature_dim: int) -> None:

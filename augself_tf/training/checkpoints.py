@@ -108,7 +108,7 @@ def make_checkpoint(model: keras.Model, optimizer: keras.optimizers.Optimizer) -
     return tf.train.Checkpoint(**{_STATE: training_state(model, optimizer)})
 
 
-def _saved_name(key: str) -> str:
+def saved_name(key: str) -> str:
     """The name TensorFlow stores a dict entry under (its object-graph escaping of '.' and '/')."""
     return f"{_STATE}/{key.replace('.', '..').replace('/', '.S')}/.ATTRIBUTES/VARIABLE_VALUE"
 
@@ -125,7 +125,7 @@ def restore(checkpoint: tf.train.Checkpoint, path: str, state: Mapping[str, tf.V
         raise CheckpointMismatchError(
             f"{path} is a checkpoint of an older augself-tf (variables keyed by position, trained before input "
             "normalisation and PyTorch's SGD semantics); it cannot be resumed: use a new --model_dir")
-    expected = {_saved_name(k): k for k in state}
+    expected = {saved_name(k): k for k in state}
     missing = [k for name, k in expected.items() if name not in saved]
     extra = [n for n in saved if n.startswith(_STATE + "/") and n not in expected]
     shapes = [k for name, k in expected.items()
@@ -139,7 +139,7 @@ def restore(checkpoint: tf.train.Checkpoint, path: str, state: Mapping[str, tf.V
             parts.append(f"{len(extra)} of its variables are not in this model (e.g. {key})")
         if shapes:
             k = shapes[0]
-            parts.append(f"{len(shapes)} shapes differ (e.g. {k}: {saved[_saved_name(k)]} saved, "
+            parts.append(f"{len(shapes)} shapes differ (e.g. {k}: {saved[saved_name(k)]} saved, "
                          f"{list(state[k].shape)} here)")
         raise CheckpointMismatchError(f"{path} was written by a different model: {'; '.join(parts)}; resume with "
                                       "the settings it was trained with, or use a new --model_dir")

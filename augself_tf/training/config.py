@@ -15,6 +15,7 @@ from augself_tf.augment.config import AugmentConfig
 from augself_tf.augment.pipeline import PHOTOMETRIC_MODES
 from augself_tf.flag_fields import option
 from augself_tf.methods import METHODS
+from augself_tf.methods.conditioning import DEFAULT_DEPTH, DEFAULT_WIDTH
 from augself_tf.models.resnet import BACKBONES
 from augself_tf.training.knn import DEFAULT_K, DEFAULT_TEMPERATURE
 from augself_tf.training.strategy import STRATEGIES
@@ -27,13 +28,17 @@ CPU_IMAGE_SIZE = 32
 class TrainConfig:
     """Everything one pretraining run needs (train_main.py fills it from flags of the same names).
 
-    Fields made with `option` are flags; the rest are assembled by train_main (``augself``, ``augment``,
-    ``method_options``) or are for programs and tests (``verbose``, ``on_step``).
+    Fields made with `option` are flags; the rest are assembled by train_main (``augself``, ``condition``,
+    ``augment``, ``method_options``) or are for programs and tests (``verbose``, ``on_step``).
     """
 
     method: str = option("moco", "Invariance objective ('none' = AugSelf alone).", choices=tuple(METHODS))
     augself: tuple[str, ...] = ("crop", "color")
     augself_weight: float = option(1.0, "λ: total = L_method + λ·Σ L_aug (paper: 1.0 STL10, 0.5 ImageNet100).")
+    # CASSLE: descriptors of each view's augmentations that its projector reads (registry.DESCRIPTORS); () = off.
+    condition: tuple[str, ...] = ()
+    condition_width: int = option(DEFAULT_WIDTH, "Units per layer of the --condition ω-embedding MLP (CASSLE: 64).")
+    condition_depth: int = option(DEFAULT_DEPTH, "Linear layers of the --condition ω-embedding MLP (CASSLE: 6).")
     dataset: str = option("shapes", "'shapes' (embedded), a tfds name (stl10, ...) or folder:PATH.")
     split: str = option("train", "Split(s) to pretrain on, e.g. 'train+unlabelled' for STL10 (tfds' spelling).")
     data_dir: str | None = option(None, "tensorflow-datasets data_dir.")
@@ -100,10 +105,11 @@ class TrainConfig:
                 _three("input_std", self.input_std, data_std, positive=True))
 
     def resolved_model_dir(self) -> str:
-        """``model_dir``, or runs/<method>[_augself_<augs>] when unset."""
+        """``model_dir``, or runs/<method>[_augself_<augs>][_condition_<descriptors>] when unset."""
         if self.model_dir:
             return self.model_dir
         suffix = f"_augself_{'_'.join(self.augself)}" if self.augself else ""
+        suffix += f"_condition_{'_'.join(self.condition)}" if self.condition else ""
         return os.path.join("runs", self.method + suffix)
 
 

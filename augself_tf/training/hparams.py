@@ -39,6 +39,7 @@ def run_hparams(cfg: TrainConfig) -> dict[str, HParamValue]:
         if f.name not in BOOKKEEPING and getattr(cfg, f.name) is not None
     }
     values["augself"] = ",".join(cfg.augself) or "none"
+    values["condition"] = ",".join(cfg.condition) or "none"
     values["image_size"] = cfg.augment.image_size
     values["crop_min_scale"] = cfg.augment.crop_scale[0]
     values["color_strength"] = cfg.augment.jitter_strength[0] / DEFAULT_JITTER_STRENGTH[0]

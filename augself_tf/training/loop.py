@@ -193,6 +193,9 @@ def train(cfg: TrainConfig) -> TrainResult:
             options=options,
             augself=cfg.augself,
             augself_weight=cfg.augself_weight,
+            condition=cfg.condition,
+            condition_width=cfg.condition_width,
+            condition_depth=cfg.condition_depth,
             synchronized_bn=replicas > 1,
             augment=cfg.augment,
         )

@@ -49,12 +49,14 @@ def describe_run(
 ) -> str:
     """One paragraph a user reads before a long run starts."""
     aug = ",".join(cfg.augself) or "off"
+    condition = (f" + conditioned projector[{','.join(cfg.condition)}] (MLP {cfg.condition_depth}×"
+                 f"{cfg.condition_width})" if cfg.condition else "")
     norm = ""
     if input_statistics is not None:
         mean, std = (",".join(f"{v:g}" for v in t) for t in input_statistics)
         norm = f"  input normalised with mean {mean}, std {std} (--input_mean, --input_std)\n"
     return (
-        f"Pretraining {cfg.method} + AugSelf[{aug}] (λ={cfg.augself_weight}) on {cfg.dataset}:{cfg.split} "
+        f"Pretraining {cfg.method} + AugSelf[{aug}] (λ={cfg.augself_weight}){condition} on {cfg.dataset}:{cfg.split} "
         f"({num_examples} images), {cfg.backbone} width {cfg.width} at {cfg.augment.image_size} px\n"
         f"  photometric augmentations: {photometric} ({_WHERE[photometric]})\n{norm}"
         f"  global batch {cfg.batch_size} on {replicas} replica(s), {steps_per_epoch} steps/epoch, "
