@@ -258,7 +258,7 @@ def part_step(args) -> dict:
     if args.torch:
         threads = args.torch_threads or intra_op_threads()
         for label, env in (("torch", {}), ("torch passive", {"OMP_WAIT_POLICY": "PASSIVE"})):
-            if label not in args.torch_variants:
+            if label not in [v.strip() for v in args.torch_variants.split(",")]:
                 continue
             precisions = args.torch_precisions if label == "torch passive" else "f32"
             w = TorchWorker(args, label, env, precisions)
