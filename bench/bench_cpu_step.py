@@ -22,7 +22,7 @@ load drift hits every configuration alike; ratios are medians of the per-round r
    ``--photometric=host`` and ``=device``, plus the input pipeline alone (``make_pair_dataset`` as
    train_main builds it); CPU-seconds per pair of each, to say where the time goes.
 
-    python bench/bench_cpu_step.py --json /tmp/cpu_step.json                  # all four (~30 min at load ~7)
+    python bench/bench_cpu_step.py --json /tmp/cpu_step.json                  # all four (~35 min at load 6-10)
     python bench/bench_cpu_step.py --parts=padding,step --repeats=4
     python bench/bench_cpu_step.py --parts=losses --loss_steps=200 --plot docs/img/bf16_vs_f32_losses.png
     python bench/bench_cpu_step.py --parts=e2e --e2e_rounds=2
@@ -258,7 +258,7 @@ def part_step(args) -> dict:
     if args.torch:
         threads = args.torch_threads or intra_op_threads()
         for label, env in (("torch", {}), ("torch passive", {"OMP_WAIT_POLICY": "PASSIVE"})):
-            if label not in args.torch_variants:
+            if label not in [v.strip() for v in args.torch_variants.split(",")]:
                 continue
             precisions = args.torch_precisions if label == "torch passive" else "f32"
             w = TorchWorker(args, label, env, precisions)
