@@ -23,9 +23,9 @@ from __future__ import annotations
 import os
 import sys
 
-from absl import app, flags, logging
+from absl import flags, logging
 
-from augself_tf.startup import import_tensorflow_quietly
+from augself_tf.startup import import_tensorflow_quietly, run_program
 
 import_tensorflow_quietly()  # before anything imports TensorFlow: its start-up notices, once each at most
 
@@ -246,10 +246,7 @@ def main(argv: list[str]) -> int:
 
 def cli() -> None:
     """The ``augself-eval`` command: parse the command line and run :func:`main`."""
-    main_module = sys.modules.get("__main__")
-    if main_module is not None and not main_module.__doc__:
-        main_module.__doc__ = __doc__  # absl's --help starts with the program's docstring: a console script has none
-    app.run(main)
+    run_program(main, __doc__)
 
 
 if __name__ == "__main__":

@@ -45,3 +45,16 @@ def import_tensorflow_quietly() -> None:
     if kept:
         sys.stderr.write("\n".join(kept) + "\n")
         sys.stderr.flush()
+
+
+def run_program(main, doc: str | None) -> None:
+    """Runs an absl ``main`` as a command; ``doc`` heads ``--help`` when the entry point has no docstring of its
+    own (a console script's ``__main__`` has none)."""
+    import sys
+
+    from absl import app
+
+    main_module = sys.modules.get("__main__")
+    if main_module is not None and not main_module.__doc__:
+        main_module.__doc__ = doc
+    app.run(main)
