@@ -37,9 +37,17 @@ class Registry(dict[str, V]):
             self._check(name, entry, self)
         super().__setitem__(name, entry)
 
-    def update(self, *args: Any, **kwargs: V) -> None:  # dict.update would bypass __setitem__
-        for name, entry in dict(*args, **kwargs).items():
-            self[name] = entry
+    def update(self, *args: Any, **kwargs: V) -> None:
+        """Registers every entry, or none of them when one is refused (dict.update would bypass the checks)."""
+        added = []
+        try:
+            for name, entry in dict(*args, **kwargs).items():
+                self[name] = entry
+                added.append(name)
+        except Exception:
+            for name in added:
+                del self[name]
+            raise
 
     def setdefault(self, name: str, default: V) -> V:  # type: ignore[override]
         if name not in self:
