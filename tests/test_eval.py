@@ -24,10 +24,9 @@ from augself_tf.evaluation import (
     report,
     retrieval,
 )
-from augself_tf.evaluation.datasets import dataset_key, split_train_val, val_fraction
+from augself_tf.evaluation.datasets import split_train_val
 from augself_tf.evaluation.errors import EvalError
 from augself_tf.evaluation.loading import load_model
-from augself_tf.evaluation.protocols.linear import metric_for_dataset
 
 
 def blobs(n: int, d: int, k: int, seed: int = 0, spread: float = 1.5) -> tuple[np.ndarray, np.ndarray]:
@@ -104,10 +103,6 @@ def test_linear_eval_sweep_and_refit():
 def test_reg_grid_and_metrics():
     assert len(logreg.REG_GRID) == 45
     assert logreg.REG_GRID[0] == pytest.approx(1e-6) and logreg.REG_GRID[-1] == pytest.approx(1e5)
-    assert metric_for_dataset("oxford_iiit_pet") == "mean_per_class"
-    assert metric_for_dataset("folder:/data/aircraft") == "mean_per_class"
-    assert metric_for_dataset("cifar10") == "top1"
-    assert metric_for_dataset("cifar10", "mean_per_class") == "mean_per_class"
     y_true = np.array([0, 0, 0, 0, 1, 1])
     y_pred = np.array([0, 0, 0, 0, 0, 1])
     assert logreg.top1_accuracy(y_true, y_pred) == pytest.approx(5 / 6)
@@ -299,12 +294,7 @@ def test_load_model_fixed_size_and_single_output(tmp_path):
 # ---------------------------------------------------------------------------------------------- datasets, report
 
 
-def test_dataset_keys_and_val_fraction():
-    assert dataset_key("folder:/data/MIT67/") == "mit67"
-    assert dataset_key("tfds:cifar10:3.0.2") == "cifar10"
-    assert dataset_key("imagenet2012_subset/10pct") == "imagenet2012_subset"
-    assert val_fraction("cifar10") == pytest.approx(0.1)
-    assert val_fraction("oxford_iiit_pet") == pytest.approx(740 / 3680)
+def test_split_train_val():
     tr, va = split_train_val(50, 0.1, seed=0)
     assert len(va) == 5 and len(tr) == 45 and not set(tr) & set(va)
     tr2, va2 = split_train_val(50, 0.1, seed=0)
