@@ -66,8 +66,8 @@ from augself_tf.augment import (  # noqa: E402
     registry,
 )
 from augself_tf.data.pretrain import example_seed, make_pair_dataset  # noqa: E402
+from augself_tf.runtime.strategy import make_strategy  # noqa: E402
 from augself_tf.training.loop import make_distributed_step  # noqa: E402
-from augself_tf.training.strategy import make_strategy  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 DEFAULT_SOURCE = "folder:/work/shared/data/tiny-imagenet-mini@all"

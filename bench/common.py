@@ -169,7 +169,7 @@ class TrainStep:
 
         self.spec = spec
         if strategy is None:
-            from augself_tf.training.strategy import make_strategy
+            from augself_tf.runtime.strategy import make_strategy
 
             strategy = make_strategy("one_device")
         previous = keras.mixed_precision.global_policy().name

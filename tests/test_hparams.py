@@ -8,7 +8,7 @@ import os
 
 from helpers import hparams_dashboard_rows, tiny_run
 
-from augself_tf.training.hparams import log_eval_records, metric_tag
+from augself_tf.runtime.tensorboard import log_eval_records, metric_tag
 from augself_tf.training.loop import train
 
 

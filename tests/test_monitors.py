@@ -15,8 +15,8 @@ import tensorflow as tf
 from conftest import mirrored_cpus
 
 from augself_tf.augment import AugmentConfig
+from augself_tf.data.eval_view import CHANNEL_PERMUTATIONS
 from augself_tf.data.sources import SourceInfo
-from augself_tf.evaluation.preprocessing import CHANNEL_PERMUTATIONS
 from augself_tf.models.resnet import build_backbone
 from augself_tf.training.knn import weighted_knn_accuracy, weighted_knn_predict
 from augself_tf.training.loop import TrainConfig, train

@@ -22,7 +22,7 @@ from augself_tf.evaluation.datasets import DataAccess, LinearSplits, linear_spli
 from augself_tf.evaluation.errors import EvalError
 from augself_tf.evaluation.extraction import FeatureExtractor, FeatureSet
 from augself_tf.evaluation.loading import LoadedModel
-from augself_tf.evaluation.preprocessing import ImageTransform
+from augself_tf.evaluation.transforms import ImageTransform
 from augself_tf.flag_fields import option
 from augself_tf.progress import Progress
 

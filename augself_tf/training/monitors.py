@@ -22,8 +22,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from augself_tf.data.eval_view import CHANNEL_PERMUTATIONS, preprocess
 from augself_tf.data.sources import SourceInfo, load_source, source_info
-from augself_tf.evaluation.preprocessing import CHANNEL_PERMUTATIONS, preprocess
 from augself_tf.training.knn import weighted_knn_accuracy
 
 if TYPE_CHECKING:
