@@ -14,6 +14,7 @@ import keras
 import tensorflow as tf
 
 from augself_tf.augment import PHOTOMETRIC_MODES, finish_views
+from augself_tf.data.base import IMAGENET_MEAN, IMAGENET_STD
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source, source_info
 from augself_tf.export.saved_model import export_backbone
@@ -133,9 +134,12 @@ def build_model(
 
     The backbone and method of ``cfg`` (the method's options completed from ``data`` by the method itself,
     :meth:`~augself_tf.methods.base.AugSelfModel.complete_options`), built at the views' size, with the
-    batch-scaled SGD of ``cfg.lr`` and ``cfg.weight_decay`` over ``data.total_steps``. The benchmarks time
-    the step of this model (bench/common.py).
+    batch-scaled SGD of ``cfg.lr`` and ``cfg.weight_decay`` over ``data.total_steps``. The backbone normalises
+    its input with ``input_mean`` / ``input_std`` (default: ``cfg``'s, else ImageNet's statistics). The
+    benchmarks time the step of this model (bench/common.py).
     """
+    if input_mean is None or input_std is None:
+        input_mean, input_std = cfg.input_statistics(IMAGENET_MEAN, IMAGENET_STD)
     replicas = strategy.num_replicas_in_sync
     with strategy.scope():
         backbone = build_backbone(cfg.backbone, cfg.width, synchronized_bn=replicas > 1, input_mean=input_mean,
