@@ -2,15 +2,15 @@
 
 One :class:`DatasetFacts` per dataset: our key (the tfds name where tfds has the dataset), the names people
 and the paper use for it, its splits, where its validation set comes from, the metric its linear protocol
-reports and the example key of its class label. The numbers are the paper's dataset table
+reports and the feature of its class label. The numbers are the paper's dataset table
 (``table:dataset_info`` of ``paper/augself-neurips2021.tex``): where a dataset has no validation split the
 paper holds out a fixed number of training images (Pets: 740 of 3680), recorded here as
 ``(validation, train+validation)``; every other dataset without one holds out :data:`DEFAULT_VAL_FRACTION`.
 
 Readers: evaluation's hold-out and linear metric, the paper columns of the results table, the monitors'
-default labels. A spec is looked up by its key (:func:`spec_key`: the tfds name without config or version,
-or a folder's base name), so ``folder:/data/pets`` gets Pets' facts, as ``oxford_iiit_pet`` does. Adding a
-dataset is one entry of :data:`CATALOG`.
+default query split, the tfds source's label feature. A spec is looked up by its key (:func:`spec_key`: the
+tfds name without config or version, or a folder's base name), so ``folder:/data/pets`` gets Pets' facts, as
+``oxford_iiit_pet`` does. Adding a dataset is one entry of :data:`CATALOG`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ class DatasetFacts:
       paper_val: ``(validation, train+validation)`` images of the paper's hold-out from ``train`` when it
         has no validation split, or None (then :data:`DEFAULT_VAL_FRACTION`).
       metric: the linear protocol's test metric (``top1`` or ``mean_per_class``).
-      label_key: the example key of the class label the protocols classify.
+      label_key: the feature holding the class label the protocols classify (a tfds dataset's ``label`` is
+        read from it; every source then calls it ``label``).
       fewshot: a few-shot dataset of the paper (its episodes are drawn from every labelled split).
       in_tfds: ``key`` is a tensorflow-datasets name (else the dataset is a folder or one of our sources).
     """
