@@ -244,6 +244,17 @@ class TorchWorker:
         self.proc.wait(timeout=60)
 
 
+def composite_bn(step: common.TrainStep) -> common.TrainStep:
+    """`step` with every BatchNorm computing its training statistics from moments and elementwise ops (Keras
+    3's way, and the library's before the fused kernel), set per layer before the step is first traced."""
+    from augself_tf.models.batch_norm import BatchNorm
+
+    for layer in step.model._flatten_layers():
+        if isinstance(layer, BatchNorm):
+            layer._fusable = lambda inputs: False
+    return step
+
+
 def part_step(args) -> dict:
     spec = common.StepSpec(method="simsiam", augself=("crop", "color"), backbone="resnet18", width=args.width,
                            image_size=args.image_size, batch_size=args.step_batch)
@@ -254,6 +265,8 @@ def part_step(args) -> dict:
         import dataclasses
 
         runs["tf bfloat16"] = common.TrainStep(dataclasses.replace(spec, mixed_precision="bfloat16")).run
+    if args.composite_bn:
+        runs["tf float32 composite BN"] = composite_bn(common.TrainStep(spec)).run
     workers = []
     if args.torch:
         threads = args.torch_threads or intra_op_threads()
@@ -276,6 +289,8 @@ def part_step(args) -> dict:
     summary = {k: {"s_per_step": spread([t.wall for t in v]), "cpu_s_per_step": spread([t.cpu for t in v])}
                for k, v in times.items()}
     ratios = {}
+    if "tf float32 composite BN" in times:
+        ratios["tf float32 composite BN / tf float32"] = paired(times, "tf float32 composite BN", "tf float32")
     if "tf bfloat16" in times:
         ratios["tf float32 / tf bfloat16"] = paired(times, "tf float32", "tf bfloat16")
     for k in times:
@@ -502,6 +517,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--width", type=float, default=1.0, help="ResNet-18 width of the step part")
     p.add_argument("--step_batch", type=int, default=64)
     p.add_argument("--tf_precisions", default="float32,bfloat16")
+    p.add_argument("--composite_bn", action=argparse.BooleanOptionalAction, default=True,
+                   help="step part: also time float32 with BN composed of moments (before the fused kernel)")
     p.add_argument("--torch", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--torch_variants", default="torch,torch passive",
                    help="'torch' (OpenMP defaults) and/or 'torch passive' (OMP_WAIT_POLICY=PASSIVE)")

@@ -43,6 +43,7 @@ from augself_tf.data.base import (
 from augself_tf.data.classes import class_ids_from_names, filter_classes
 from augself_tf.data.imagenet100 import IMAGENET100_SIZES
 from augself_tf.data.imagenet100 import wnids as imagenet100_wnids
+from augself_tf.registries import Registry
 
 __all__ = [
     "IMAGENET100_SIZES",
@@ -109,13 +110,13 @@ def resolve(spec: str) -> tuple[str, Source, str]:
 
 
 # Spec prefix -> source. Adding a source: one module with load/info, one line here.
-SOURCES: dict[str, Source] = {
+SOURCES: Registry[Source] = Registry("data source", {
     "shapes": shapes,
     "folder": folder,
     "tfds": tfds_source,
     "imagenet100": imagenet100.ImageNet100(resolve),
     "fc100": fc100.FC100(resolve),
-}
+})
 
 
 def load_source(spec: str, split: str, *, data_dir: str | None = None) -> tf.data.Dataset:

@@ -57,7 +57,7 @@ class ProbeOptions:
 
 @dataclasses.dataclass
 class EvalSettings:
-    """Settings every protocol shares (eval_main's general flags).
+    """Settings every protocol shares; its `option` fields are eval_main's flags of the same names.
 
     Attributes:
       image_size: eval resolution S (shorter side resized to S, centre crop S×S).
@@ -72,15 +72,15 @@ class EvalSettings:
       verbose: log every value of a regularisation sweep, not one line per sweep.
     """
 
-    image_size: int = 96
-    batch_size: int = 128
-    max_examples: int | None = None
-    seed: int = 0
-    label_key: str = "label"
+    image_size: int = option(96, "Eval resolution: shorter side resized to it, then a centre crop.", minimum=1)
+    batch_size: int = option(128, "Images per model call.", minimum=1)
+    max_examples: int | None = option(None, "Use at most this many examples per split (fixed-seed subset).")
+    seed: int = option(0, "Seed of subsets, validation hold-out, episodes, queries and augmentations.")
+    label_key: str = option("label", "Integer label to classify/probe (e.g. color for shapes).")
     output_dir: str = "."
     probe: ProbeOptions = dataclasses.field(default_factory=ProbeOptions)
     strategy: Any = None
-    verbose: bool = False
+    verbose: bool = option(False, "Progress lines for every value of a regularisation sweep, not one per sweep.")
 
 
 @dataclasses.dataclass

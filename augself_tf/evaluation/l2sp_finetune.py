@@ -31,7 +31,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import tensorflow as tf
@@ -41,8 +41,20 @@ from augself_tf.evaluation.errors import EvalError
 from augself_tf.evaluation.intervals import t_ci95
 from augself_tf.progress import Progress
 
-if TYPE_CHECKING:  # the options are the protocol's (eval_main's --finetune_* flags)
-    from augself_tf.evaluation.protocols.finetune import FinetuneOptions
+
+class FinetuneSettings(Protocol):
+    """What fine-tuning reads of its options: the ``finetune`` protocol's ``FinetuneOptions`` dataclass
+    (:mod:`augself_tf.evaluation.protocols.finetune`, eval_main's ``--finetune_*`` flags) declares them."""
+
+    alphas: tuple[float, ...]
+    lrs: tuple[float, ...]
+    beta: float
+    steps: int
+    batch_size: int
+    trials: int
+    momentum: float
+    head_init: str
+    flip: bool
 
 
 def l2sp_penalty(
@@ -80,12 +92,12 @@ class Finetuner:
     Args:
       path: SavedModel directory.
       num_classes: classifier outputs.
-      options: :class:`FinetuneOptions`.
+      options: :class:`FinetuneSettings`.
       input_name, output_key: the serving signature's image input and feature output.
       strategy: a ``tf.distribute`` strategy (default: the current one, i.e. one device).
     """
 
-    def __init__(self, path: str, num_classes: int, options: FinetuneOptions, input_name: str = "images",
+    def __init__(self, path: str, num_classes: int, options: FinetuneSettings, input_name: str = "images",
                  output_key: str = "features", strategy: tf.distribute.Strategy | None = None):
         self.options = options
         self.num_classes = num_classes
@@ -255,7 +267,7 @@ def _probe_head(ft: Finetuner, images: np.ndarray, labels: np.ndarray, num_class
     return m.coef.astype(np.float32), m.intercept.astype(np.float32)
 
 
-def total_steps(options: FinetuneOptions) -> int:
+def total_steps(options: FinetuneSettings) -> int:
     """SGD steps of :func:`finetune_eval`: every (α, lr) of the grid (none for a 1×1 grid), then the trials."""
     grid = len(options.alphas) * len(options.lrs)
     return options.steps * ((grid if grid > 1 else 0) + options.trials)
@@ -266,7 +278,7 @@ def finetune_eval(
     train: tuple[np.ndarray, np.ndarray],
     val: tuple[np.ndarray, np.ndarray],
     test: tuple[np.ndarray, np.ndarray],
-    options: FinetuneOptions,
+    options: FinetuneSettings,
     *,
     seed: int = 0,
     input_name: str = "images",

@@ -11,7 +11,6 @@ constant-lr group are the optimizer's (:class:`augself_tf.training.optim.TorchSG
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
@@ -20,6 +19,7 @@ import tensorflow as tf
 
 from augself_tf.augment import AugmentConfig, finish_views
 from augself_tf.augment.registry import AUGMENTATIONS
+from augself_tf.flag_fields import flag_fields, help_text
 from augself_tf.methods.conditioning import (
     DEFAULT_DEPTH,
     DEFAULT_WIDTH,
@@ -80,23 +80,6 @@ class Losses(NamedTuple):
     forward: Forward
 
 
-def declared_options(cls: type) -> dict[str, tuple[Any, str]]:
-    """{name: (default, help)} of the `option_help` names, each default read from `cls.__init__`'s signature.
-
-    Raises:
-      TypeError: an `option_help` name that is not a keyword argument with a default of `cls.__init__`.
-    """
-    parameters = inspect.signature(cls.__init__).parameters
-    options = {}
-    for name, help_text in cls.option_help.items():
-        parameter = parameters.get(name)
-        if parameter is None or parameter.default is inspect.Parameter.empty:
-            raise TypeError(f"{cls.__name__}.option_help lists '{name}', which is not a keyword argument with a "
-                            f"default of {cls.__name__}.__init__")
-        options[name] = (parameter.default, help_text)
-    return options
-
-
 class AugSelfModel(keras.Model):
     """Backbone f + AugSelf heads φ_aug + the method's own heads; `train_step` runs one SGD step.
 
@@ -111,6 +94,7 @@ class AugSelfModel(keras.Model):
       condition: descriptors (keys of ``registry.DESCRIPTORS``) each view's projector is conditioned on
         (CASSLE, `augself_tf.methods.conditioning`); () = none, the plain method.
       condition_width / condition_depth: the ω-embedding MLP's units per layer and linear layers.
+      options: the method's ``Options`` (default: ``Options()``), kept as ``self.method_options``.
 
     Conditioning: a method wraps the head that reads the features in ``self.conditioned(...)`` (identity when
     ``condition`` is empty) and gets [f, d] instead of f in ``method_loss`` — ``head_input`` — where d is the
@@ -119,9 +103,13 @@ class AugSelfModel(keras.Model):
     """
 
     method_name = "none"
-    #: help text of each constructor argument exposed as a train_main flag; the default is the signature's.
-    option_help: ClassVar[dict[str, str]] = {}
-    #: name -> (default, help) of those flags, derived from `option_help` and `__init__` for every subclass.
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        """The method's options: each `option` field is a train_main flag (``--<field>``, ``None`` when unset, so
+        the default here applies); plain fields are values the training loop passes (``total_steps``, ...)."""
+
+    #: name -> (default, help) of the Options' flags; derived for every subclass (read-only).
     options: ClassVar[dict[str, tuple[Any, str]]] = {}
     #: whether the method's loss needs class labels in the batch (supervised pretraining).
     needs_labels = False
@@ -151,7 +139,9 @@ class AugSelfModel(keras.Model):
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        cls.options = declared_options(cls)
+        if not dataclasses.is_dataclass(cls.Options):
+            raise TypeError(f"{cls.__name__}.Options must be a dataclass")
+        cls.options = {f.name: (f.default, help_text(f)) for f in flag_fields(cls.Options)}
 
     def __init__(
         self,
@@ -163,9 +153,14 @@ class AugSelfModel(keras.Model):
         condition: tuple[str, ...] = (),
         condition_width: int = DEFAULT_WIDTH,
         condition_depth: int = DEFAULT_DEPTH,
+        options: Any = None,
         **kwargs,
     ) -> None:
         super().__init__(name=kwargs.pop("name", self.method_name), **kwargs)
+        self.method_options = self.Options() if options is None else options
+        if not isinstance(self.method_options, self.Options):
+            raise TypeError(f"options of {type(self).__name__} must be a {type(self).__name__}.Options, got "
+                            f"{type(options).__name__}")
         unknown = [a for a in augself if a not in AUGMENTATIONS]
         if unknown:
             raise ValueError(f"unknown AugSelf augmentation {unknown[0]!r}; choose from {', '.join(AUGMENTATIONS)}")

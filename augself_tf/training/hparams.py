@@ -12,10 +12,7 @@ from __future__ import annotations
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hp
 
-from augself_tf.augment import registry
-from augself_tf.augment.config import DEFAULT_JITTER_STRENGTH
-from augself_tf.flag_fields import flag_fields
-from augself_tf.training.config import TrainConfig
+from augself_tf.training.config import TrainConfig, flag_values_of
 
 # Settings that say where and how often, not what is trained: left out of the table.
 BOOKKEEPING = frozenset({
@@ -27,21 +24,9 @@ HParamValue = bool | int | float | str
 
 
 def run_hparams(cfg: TrainConfig) -> dict[str, HParamValue]:
-    """The hyperparameters of a run as the dashboard's columns (unset settings are left out)."""
-    values: dict[str, HParamValue] = {
-        f.name: getattr(cfg, f.name)
-        for f in flag_fields(TrainConfig)
-        if f.name not in BOOKKEEPING and getattr(cfg, f.name) is not None
-    }
-    values["augself"] = ",".join(cfg.augself) or "none"
-    values["condition"] = ",".join(cfg.condition) or "none"
-    values["image_size"] = cfg.augment.image_size
-    values["crop_min_scale"] = cfg.augment.crop_scale[0]
-    values["color_strength"] = cfg.augment.jitter_strength[0] / DEFAULT_JITTER_STRENGTH[0]
-    for knob in registry.probabilities():
-        values[knob.field] = cfg.augment.probability(knob.field)
-    values.update({k: v for k, v in cfg.method_options.items() if isinstance(v, (bool, int, float, str))})
-    return values
+    """The hyperparameters of a run as the dashboard's columns: every flag's value (unset ones left out)."""
+    return {k: v for k, v in flag_values_of(cfg).items()
+            if k not in BOOKKEEPING and isinstance(v, bool | int | float | str)}
 
 
 def write_run_hparams(writer: tf.summary.SummaryWriter, cfg: TrainConfig, trial_id: str) -> None:
