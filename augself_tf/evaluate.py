@@ -155,11 +155,11 @@ def run(argv_models: list[str], protocols: list[str], explicit: bool) -> int:
         raise EvalError(str(e)) from None
     log = None if FLAGS.quiet else log_stderr
     if FLAGS.deterministic:  # before TensorFlow runs an op
-        from augself_tf.training.determinism import make_deterministic
+        from augself_tf.runtime.determinism import make_deterministic
 
         make_deterministic()
     if "finetune" in protocols:  # before TensorFlow touches a device: split_cpu must come first
-        from augself_tf.training.strategy import make_strategy
+        from augself_tf.runtime.strategy import make_strategy
 
         settings.strategy = make_strategy(FLAGS.strategy, FLAGS.cpu_replicas)
         if log:
@@ -183,7 +183,7 @@ def run(argv_models: list[str], protocols: list[str], explicit: bool) -> int:
             report.save_records(records, output)  # keep partial results if a later step fails
     report.save_records(records, output)
     if FLAGS.log_to:
-        from augself_tf.training.hparams import log_eval_records
+        from augself_tf.runtime.tensorboard import log_eval_records
 
         for model, path in zip(models, argv_models, strict=True):
             run_dir = log_target(FLAGS.log_to, path)
@@ -225,7 +225,7 @@ def main(argv: list[str]) -> int:
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # tf.distribute's INFO lines would bury the progress lines
     if FLAGS.deterministic:
-        from augself_tf.training.determinism import restart_without_onednn
+        from augself_tf.runtime.determinism import restart_without_onednn
 
         restart_without_onednn()
     protocols = parse_protocols(FLAGS.protocol)

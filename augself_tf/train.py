@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
         logging.set_verbosity(logging.WARNING)  # TF's INFO chatter would bury the progress bar
     from augself_tf.training.loop import NonFiniteLossError, train
     if FLAGS.deterministic:
-        from augself_tf.training.determinism import restart_without_onednn
+        from augself_tf.runtime.determinism import restart_without_onednn
 
         restart_without_onednn()
 

@@ -43,7 +43,6 @@ import copy
 import dataclasses
 import functools
 import gc
-import glob
 import json
 import os
 import subprocess
@@ -69,8 +68,9 @@ from augself_tf.augment.crop_sampler import crop_box  # noqa: E402
 from augself_tf.augment.photometric import decode_color_omega  # noqa: E402
 from augself_tf.augment.steps import DEVICE, HOST  # noqa: E402
 from augself_tf.data.pretrain import example_seed, make_pair_dataset  # noqa: E402
+from augself_tf.runtime.strategy import make_strategy  # noqa: E402
+from augself_tf.runtime.tensorboard import last_per_step, read_scalars  # noqa: E402
 from augself_tf.training.loop import make_distributed_step  # noqa: E402
-from augself_tf.training.strategy import make_strategy  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 DEFAULT_SOURCE = "folder:/work/shared/data/tiny-imagenet-mini@all"
@@ -448,17 +448,6 @@ def part_finish_breakdown(source, args) -> dict:
 # ----------------------------------------------------------------------------------------------- 3. train_main
 
 
-def read_scalars(tb_dir: str, tag: str) -> list[tuple[int, float]]:
-    out = []
-    for path in sorted(glob.glob(os.path.join(tb_dir, "events.out.tfevents.*"))):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for v in event.summary.value:
-                if v.tag == tag:
-                    value = v.simple_value if v.HasField("simple_value") else float(tf.make_ndarray(v.tensor))
-                    out.append((int(event.step), value))
-    return sorted(out)
-
-
 def part_train_main(args) -> dict:
     results = {}
     order = [m for _ in range(args.train_main_runs) for m in MODES]
@@ -478,7 +467,8 @@ def part_train_main(args) -> dict:
             if proc.returncode != 0:
                 print(proc.stdout[-2000:], proc.stderr[-4000:], sep="\n")
                 raise RuntimeError(f"train_main.py --photometric={mode} failed ({proc.returncode})")
-            rates = read_scalars(os.path.join(tmp, "run", "tensorboard"), "pairs_per_sec")
+            rates = last_per_step(read_scalars(os.path.join(tmp, "run", "tensorboard"), ["pairs_per_sec"])
+                                  .get("pairs_per_sec", []))
         steady = [r for s, r in rates[1:]]  # the first window holds tracing and the first checkpoint's setup
         results.setdefault(mode, []).append({"windows": rates, "pairs_per_sec": common.median(steady),
                                              "wall_s": wall, "cpu_s": cpu})

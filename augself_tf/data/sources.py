@@ -13,6 +13,8 @@ Specs (:data:`SOURCE_HELP`):
 * ``imagenet100`` / ``imagenet100:SPEC`` — the paper's 100 ImageNet classes (CMC split, wnids in
   ``imagenet100.txt``, labels 0..99 in that order) taken from tfds ``imagenet2012`` (manual download) or
   from another source SPEC with wnid class names, e.g. ``imagenet100:folder:/data/imagenet``;
+* ``fc100`` / ``fc100:SPEC`` — FC100's meta-test set: the 20 CIFAR-100 classes of its 4 test superclasses
+  (see :mod:`augself_tf.data.fc100`), from tfds ``cifar100`` or another source SPEC;
 * any registered tensorflow-datasets name, optionally ``tfds:`` prefixed and with config/version
   (``stl10``, ``cifar10``, ``caltech_birds2011``, ``imagenet2012_subset/10pct``, ...).
 
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from augself_tf.data import folder, imagenet100, shapes, tfds_source
+from augself_tf.data import fc100, folder, imagenet100, shapes, tfds_source
 from augself_tf.data.base import (
     DatasetNotPreparedError,
     Source,
@@ -82,6 +84,7 @@ SOURCE_HELP = (
     "dataset specs: 'shapes' (embedded synthetic dataset, splits train/test, labels shape + color, bbox); "
     "'imagenet100' or 'imagenet100:SPEC' (the paper's 100 ImageNet classes, labels 0..99, from tfds imagenet2012 "
     "or from SPEC, e.g. 'imagenet100:folder:/data/imagenet'); "
+    "'fc100' or 'fc100:SPEC' (FC100's 20 meta-test classes of CIFAR-100, splits train/test/all); "
     "'folder:PATH' (PATH/<class>/* or PATH/<split>/<class>/*; without split folders 'all' plus a "
     "stratified 70/10/20 'train'/'val'/'test' partition; optional PATH/boxes.csv); "
     "or a tensorflow-datasets name, e.g. " + ", ".join(TFDS_EXAMPLES) + " (prepared under data_dir; "
@@ -112,6 +115,7 @@ SOURCES: Registry[Source] = Registry("data source", {
     "folder": folder,
     "tfds": tfds_source,
     "imagenet100": imagenet100.ImageNet100(resolve),
+    "fc100": fc100.FC100(resolve),
 })
 
 

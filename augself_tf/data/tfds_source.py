@@ -27,6 +27,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from augself_tf.data import catalog
 from augself_tf.data.base import (
     STL10_MEAN,
     STL10_STD,
@@ -73,6 +74,9 @@ def _keys(builder: Any) -> tuple[str, str | None, bool]:
             raise ValueError(f"tfds dataset {name!r} has no 'image' feature: not an image dataset")
         image_key = "image"
         label_key = "label" if "label" in features else None
+    facts = catalog.lookup(builder.info.name)
+    if facts is not None and facts.in_tfds and facts.label_key in features:
+        label_key = facts.label_key  # the class label the paper's protocols classify (the catalog's)
     if label_key is not None:
         lab = features[label_key]
         if not isinstance(lab, tfds.features.ClassLabel):

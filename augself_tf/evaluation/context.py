@@ -16,12 +16,13 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from augself_tf.data.catalog import spec_key
 from augself_tf.evaluation import logreg
-from augself_tf.evaluation.datasets import DataAccess, LinearSplits, dataset_key, linear_splits, split_train_val
+from augself_tf.evaluation.datasets import DataAccess, LinearSplits, linear_splits, split_train_val
 from augself_tf.evaluation.errors import EvalError
 from augself_tf.evaluation.extraction import FeatureExtractor, FeatureSet
 from augself_tf.evaluation.loading import LoadedModel
-from augself_tf.evaluation.preprocessing import ImageTransform
+from augself_tf.evaluation.transforms import ImageTransform
 from augself_tf.flag_fields import option
 from augself_tf.progress import Progress
 
@@ -137,7 +138,7 @@ class EvalContext:
 
     def figure_path(self, model: LoadedModel, protocol: str, dataset: str) -> str:
         """Where a protocol's picture of ``model`` on ``dataset`` goes."""
-        name = f"{_slug(model.name)}_{protocol}_{_slug(dataset_key(dataset))}.png"
+        name = f"{_slug(model.name)}_{protocol}_{_slug(spec_key(dataset))}.png"
         return os.path.join(self.settings.output_dir, name)
 
     def progress(self, total: int | None, label: str, unit: str = "step") -> Progress:

@@ -11,6 +11,7 @@ constant-lr group are the optimizer's (:class:`augself_tf.training.optim.TorchSG
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
 import keras
@@ -49,6 +50,26 @@ class Forward:
     loss: tf.Tensor
     logs: dict[str, tf.Tensor] = dataclasses.field(default_factory=dict)
     aux: dict[str, tf.Tensor] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainData:
+    """What a method may derive its options from: the pretraining data and the run's length.
+
+    Attributes:
+      name: the dataset spec (for messages).
+      num_examples: images in the pretraining split.
+      num_classes: classes of its ``label`` (0 = unlabelled).
+      global_batch: the run's global batch size.
+      total_steps, steps_per_epoch: the run's length.
+    """
+
+    name: str
+    num_examples: int
+    num_classes: int
+    global_batch: int
+    total_steps: int
+    steps_per_epoch: int
 
 
 class Losses(NamedTuple):
@@ -92,6 +113,29 @@ class AugSelfModel(keras.Model):
     options: ClassVar[dict[str, tuple[Any, str]]] = {}
     #: whether the method's loss needs class labels in the batch (supervised pretraining).
     needs_labels = False
+
+    @classmethod
+    def complete_options(
+        cls, options: dict[str, Any], data: PretrainData, log: Callable[[str], None] = lambda _m: None
+    ) -> dict[str, Any]:
+        """The constructor options of a run: ``options`` (its flags) completed from the pretraining ``data``.
+
+        Every method is offered ``total_steps`` and ``steps_per_epoch`` (BYOL's τ schedule, SwAV's first epoch
+        with frozen prototypes); one that `needs_labels` gets the data's ``num_classes``. A method that derives
+        more from the data overrides this (MoCo sizes its queue); ``log`` reports what was derived.
+
+        Raises:
+          ValueError: a method that needs class labels on data without them.
+        """
+        del log
+        options = dict(options)
+        if cls.needs_labels:
+            if not data.num_classes:
+                raise ValueError(f"method '{cls.method_name}' needs class labels; '{data.name}' has none")
+            options.setdefault("num_classes", data.num_classes)
+        options.setdefault("total_steps", data.total_steps)
+        options.setdefault("steps_per_epoch", data.steps_per_epoch)
+        return options
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

@@ -14,7 +14,7 @@ import keras
 import tensorflow as tf
 
 from augself_tf.flag_fields import option
-from augself_tf.methods.base import AugSelfModel, Forward
+from augself_tf.methods.base import AugSelfModel, Forward, PretrainData
 from augself_tf.methods.momentum import MomentumEncoder
 from augself_tf.models.resnet import mlp
 
@@ -26,6 +26,16 @@ def info_nce(q: tf.Tensor, k: tf.Tensor, queue: tf.Tensor, temperature: float) -
     logits = tf.concat([l_pos, l_neg], 1) / temperature
     labels = tf.zeros([tf.shape(q)[0]], tf.int32)
     return tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
+
+
+def default_queue_size(num_examples: int, global_batch: int, paper_size: int = 65536) -> int:
+    """The paper's 65536 keys (0.62× STL10's 105k images), capped at ~0.6× smaller datasets.
+
+    A queue longer than the dataset fills with stale keys of the very images being contrasted: on 3.5k
+    images the MoCo loss then rises during training instead of falling (measured; see docs/results.md).
+    """
+    cap = max(global_batch, int(0.6 * num_examples) // global_batch * global_batch)
+    return min(paper_size, cap)
 
 
 class MoCo(AugSelfModel):
@@ -54,6 +64,16 @@ class MoCo(AugSelfModel):
                                            name="key", conditioning=self.conditioning)
         # Keeps the checkpoint keys model/key_backbone/... of runs saved before the shared encoder: they restore.
         self.key_backbone, self.key_projector = self.key_encoder.backbone, self.key_encoder.projector
+
+    @classmethod
+    def complete_options(cls, options, data: PretrainData, log=lambda _m: None):
+        """Also ``queue_size`` when the run does not set it: :func:`default_queue_size` of the data."""
+        options = super().complete_options(options, data, log)
+        if options.get("queue_size") is None:
+            options["queue_size"] = default_queue_size(data.num_examples, data.global_batch)
+            log(f"MoCo queue: {options['queue_size']} keys for {data.num_examples} images "
+                "(set --queue_size to override; the paper's flagfiles set 65536)")
+        return options
 
     def build_heads(self, feature_dim: int) -> None:
         self.projector(tf.zeros([2, feature_dim]))

@@ -29,8 +29,8 @@ from augself_tf.flag_fields import (
 from augself_tf.methods import METHODS, define_method_flags, method_options_from_flags
 from augself_tf.methods.conditioning import DEFAULT_DEPTH, DEFAULT_WIDTH
 from augself_tf.models.resnet import BACKBONES
+from augself_tf.runtime.strategy import STRATEGIES
 from augself_tf.training.knn import DEFAULT_K, DEFAULT_TEMPERATURE
-from augself_tf.training.strategy import STRATEGIES
 
 # What a run on the embedded data needs; the paper's 96 px (STL10) and 224 px (ImageNet100) are in flags/.
 CPU_IMAGE_SIZE = 32
