@@ -17,7 +17,7 @@ one device on the same global batch).
 
 Unsynchronized training of NHWC or (N, C) inputs runs TF's fused kernel (`FusedBatchNormV3`), which already
 returns the unbiased batch variance PyTorch's running statistics take; Keras 3 composes BN from moments and
-elementwise ops, and the fused kernel and its gradient cost ~12% less of a CPU ResNet-18 step
+elementwise ops; the fused kernel and its gradient take ~11% off the CPU of a ResNet-18 SimSiam step
 (docs/benchmarks.md §5.6).
 """
 
