@@ -20,7 +20,7 @@ from augself_tf.startup import import_tensorflow_quietly, run_program  # noqa: E
 
 import_tensorflow_quietly()  # before anything imports TensorFlow: its start-up notices, once each at most
 
-from augself_tf.training.config import config_from_flags, define_train_flags  # noqa: E402
+from augself_tf.training.train_config import config_from_flags, define_train_flags  # noqa: E402
 
 FLAGS = flags.FLAGS
 

@@ -169,7 +169,7 @@ class StepSpec:
     def config(self):  # -> TrainConfig (imported late: TensorFlow's log level is set first)
         """The run settings of this step: TrainConfig's defaults with this spec's fields."""
         from augself_tf.augment import AugmentConfig
-        from augself_tf.training.config import TrainConfig
+        from augself_tf.training.train_config import TrainConfig
 
         return TrainConfig(method=self.method, augself=self.augself, backbone=self.backbone, width=self.width,
                            augment=AugmentConfig(image_size=self.image_size), batch_size=self.batch_size,
@@ -180,7 +180,7 @@ class TrainStep:
     """The library's model and compiled step for a :class:`StepSpec`, fed one synthetic batch; `run()` times a step."""
 
     def __init__(self, spec: StepSpec, strategy: tf.distribute.Strategy | None = None) -> None:
-        from augself_tf.methods.base import PretrainData
+        from augself_tf.methods.augself_model import PretrainData
         from augself_tf.training.loop import build_model, make_distributed_step
 
         self.spec = spec

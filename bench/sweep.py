@@ -51,7 +51,7 @@ def run_params(flagfile: str, train_args: list[str]) -> dict:
     overrides (parsed by the library, so the defaults are TrainConfig's)."""
     from absl import flags
 
-    from augself_tf.training.config import config_from_flags, define_train_flags
+    from augself_tf.training.train_config import config_from_flags, define_train_flags
 
     values = flags.FlagValues()
     define_train_flags(values, "sweep")

@@ -25,9 +25,9 @@ from augself_tf.data import tfds_source
 from augself_tf.data.sources import imagenet100_wnids, load_source, source_info
 from augself_tf.flag_fields import flag_fields, help_text
 from augself_tf.methods import METHODS, method_options
-from augself_tf.training.config import config_from_flags, define_train_flags
 from augself_tf.training.hparams import run_hparams
 from augself_tf.training.loop import TrainConfig, train
+from augself_tf.training.train_config import config_from_flags, define_train_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGFILES = sorted(glob.glob(os.path.join(ROOT, "flags", "*.cfg")))
@@ -320,7 +320,7 @@ def test_every_flagfile_parses_to_the_config_it_did_before_settings_were_declare
 @pytest.mark.parametrize("name", NAMES)
 def test_flagfiles_normalise_with_the_reference_codes_statistics(name):
     """STL10 runs: (0.43, 0.42, 0.39)/(0.27, 0.26, 0.27); ImageNet100 runs: ImageNet's (the reference's Normalize)."""
-    from augself_tf.data.base import IMAGENET_MEAN, IMAGENET_STD, STL10_MEAN, STL10_STD
+    from augself_tf.data.source_base import IMAGENET_MEAN, IMAGENET_STD, STL10_MEAN, STL10_STD
 
     expected = (STL10_MEAN, STL10_STD) if name.startswith("stl10") else (IMAGENET_MEAN, IMAGENET_STD)
     assert parse(name).input_statistics((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)) == expected

@@ -1,4 +1,4 @@
-"""What every method shares (augself_tf/methods/base.py and the registry): the AugSelf loss against an
+"""What every method shares (augself_tf/methods/augself_model.py and the registry): the AugSelf loss against an
 independent NumPy computation, option defaults and the factory, and the train step on 1 and 2 replicas."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from helpers import batch, compile_model, make_model, omega, replica_values, run
 
 from augself_tf.flag_fields import option
 from augself_tf.methods import METHODS, build_method, define_method_flags, method_options_from_flags
-from augself_tf.methods.base import AugSelfModel
+from augself_tf.methods.augself_model import AugSelfModel
 from augself_tf.methods.moco import MoCo
 from augself_tf.methods.simclr import SimCLR
 from augself_tf.models.resnet import mlp

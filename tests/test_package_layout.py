@@ -8,11 +8,6 @@ import os
 
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "augself_tf")
 
-# Role names each subpackage may have once: its base class (data's Source, methods' AugSelfModel, the protocols'
-# Protocol) and its settings (augment's AugmentConfig, training's TrainConfig). Always imported qualified.
-ROLE_NAMES = frozenset({"base", "config"})
-
-
 def modules() -> dict[str, str]:
     """Dotted module name -> file path, for every module of the package."""
     out = {}
@@ -54,7 +49,7 @@ def test_no_module_name_is_used_twice():
         if os.path.basename(path) != "__init__.py":  # a package's own name is its directory's
             names[module.rsplit(".", 1)[-1]].append(module)
     assert len(names["catalog"]) == 1  # the walk works
-    twins = {leaf: sorted(found) for leaf, found in names.items() if len(found) > 1 and leaf not in ROLE_NAMES}
+    twins = {leaf: sorted(found) for leaf, found in names.items() if len(found) > 1}
     assert not twins
 
 

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 from helpers import tiny_run
 
-from augself_tf.methods.base import AugSelfModel
+from augself_tf.methods.augself_model import AugSelfModel
 from augself_tf.training.loop import NonFiniteLossError, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -170,7 +170,7 @@ def test_default_moco_queue_is_the_papers_or_at_most_sixty_percent_of_the_data()
 
 def test_methods_complete_their_options_from_the_data():
     from augself_tf.methods import METHODS
-    from augself_tf.methods.base import PretrainData
+    from augself_tf.methods.augself_model import PretrainData
 
     data = PretrainData("d", num_examples=5000, num_classes=10, global_batch=256, total_steps=190, steps_per_epoch=19)
     logged = []

@@ -7,7 +7,7 @@ Public API: ``AugmentConfig``, ``augment_view``, ``omega_diff``, ``AUGMENTATIONS
 """
 
 from augself_tf.augment import crop_sampler, geometric, ops, photometric, registry, steps
-from augself_tf.augment.config import DEFAULT_JITTER_STRENGTH, AugmentConfig
+from augself_tf.augment.augment_config import DEFAULT_JITTER_STRENGTH, AugmentConfig
 from augself_tf.augment.pipeline import (
     PHOTOMETRIC_MODES,
     augment_view,

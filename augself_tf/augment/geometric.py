@@ -11,7 +11,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from augself_tf.augment import ops
-from augself_tf.augment.config import AugmentConfig
+from augself_tf.augment.augment_config import AugmentConfig
 from augself_tf.augment.crop_sampler import crop_box
 from augself_tf.augment.steps import (
     Augmentation,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from augself_tf.augment import ops
-from augself_tf.augment.config import AugmentConfig
+from augself_tf.augment.augment_config import AugmentConfig
 from augself_tf.augment.steps import (
     DEVICE,
     Descriptor,

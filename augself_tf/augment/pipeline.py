@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import tensorflow as tf
 
 from augself_tf.augment import ops, registry
-from augself_tf.augment.config import AugmentConfig
+from augself_tf.augment.augment_config import AugmentConfig
 from augself_tf.augment.steps import DEVICE
 
 PHOTOMETRIC_MODES = ("host", "device")

@@ -21,7 +21,7 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
-from augself_tf.augment.config import declare_probabilities
+from augself_tf.augment.augment_config import declare_probabilities
 from augself_tf.augment.geometric import CROP, FLIP, ROTATION
 from augself_tf.augment.photometric import BLUR, COLOR, GRAYSCALE, SOLARIZE
 from augself_tf.augment.steps import DEVICE, HOST, Augmentation, Descriptor, Probability, Step

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 
 import tensorflow as tf
 
-from augself_tf.augment.config import AugmentConfig
+from augself_tf.augment.augment_config import AugmentConfig
 
 Omega = Mapping[str, tf.Tensor]
 Params = dict[str, tf.Tensor]

@@ -19,8 +19,8 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from augself_tf.data import folder
-from augself_tf.data.base import Source, SourceInfo, split_parts, unknown_split_error
 from augself_tf.data.classes import class_ids_from_names, filter_classes
+from augself_tf.data.source_base import Source, SourceInfo, split_parts, unknown_split_error
 
 #: FC100 meta-test classes (Oreshkin et al. 2018): CIFAR-100 fine label -> name, superclass order.
 FC100_TEST_CLASSES: dict[int, str] = {
@@ -43,7 +43,7 @@ def class_order() -> list[int]:
 
 
 class FC100:
-    """The :class:`~augself_tf.data.base.Source` of ``fc100[:BASE]``; ``resolve`` finds BASE's source."""
+    """The :class:`~augself_tf.data.source_base.Source` of ``fc100[:BASE]``; ``resolve`` finds BASE's source."""
 
     def __init__(self, resolve: Resolver):
         self._resolve = resolve

@@ -23,8 +23,8 @@ syntax (``train[:10%]``).
 
 Dispatch: a spec ``NAME`` or ``NAME:ARG`` goes to ``SOURCES[NAME]`` with ARG (``""`` for a bare NAME); a spec whose
 NAME is not registered goes whole to tfds. A source is a module or object with ``load(arg, split, *, data_dir)`` and
-``info(arg, split, *, data_dir)`` (:class:`~augself_tf.data.base.Source`), so adding one is one file plus one line
-in :data:`SOURCES` (docs/architecture.md, "Data sources").
+``info(arg, split, *, data_dir)`` (:class:`~augself_tf.data.source_base.Source`), so adding one is one file plus
+one line in :data:`SOURCES` (docs/architecture.md, "Data sources").
 """
 
 from __future__ import annotations
@@ -32,7 +32,10 @@ from __future__ import annotations
 import tensorflow as tf
 
 from augself_tf.data import fc100, folder, imagenet100, shapes, tfds_source
-from augself_tf.data.base import (
+from augself_tf.data.classes import class_ids_from_names, filter_classes
+from augself_tf.data.imagenet100 import IMAGENET100_SIZES
+from augself_tf.data.imagenet100 import wnids as imagenet100_wnids
+from augself_tf.data.source_base import (
     DatasetNotPreparedError,
     Source,
     SourceInfo,
@@ -40,9 +43,6 @@ from augself_tf.data.base import (
     unknown_dataset_error,
     unknown_split_error,
 )
-from augself_tf.data.classes import class_ids_from_names, filter_classes
-from augself_tf.data.imagenet100 import IMAGENET100_SIZES
-from augself_tf.data.imagenet100 import wnids as imagenet100_wnids
 from augself_tf.registries import Registry
 
 __all__ = [

@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any
 
 from augself_tf.flag_fields import define_flag, flag_fields, flag_kind, help_text
-from augself_tf.methods.base import AugSelfModel
+from augself_tf.methods.augself_model import AugSelfModel
 from augself_tf.methods.byol import BYOL
 from augself_tf.methods.moco import MoCo
 from augself_tf.methods.simclr import SimCLR

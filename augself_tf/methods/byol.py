@@ -18,7 +18,7 @@ import math
 import tensorflow as tf
 
 from augself_tf.flag_fields import option
-from augself_tf.methods.base import AugSelfModel
+from augself_tf.methods.augself_model import AugSelfModel
 from augself_tf.methods.momentum import MomentumEncoder
 from augself_tf.models.resnet import mlp
 

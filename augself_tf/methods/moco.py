@@ -14,7 +14,7 @@ import keras
 import tensorflow as tf
 
 from augself_tf.flag_fields import option
-from augself_tf.methods.base import AugSelfModel, Forward, PretrainData
+from augself_tf.methods.augself_model import AugSelfModel, Forward, PretrainData
 from augself_tf.methods.momentum import MomentumEncoder
 from augself_tf.models.resnet import mlp
 

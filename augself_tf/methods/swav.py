@@ -21,7 +21,7 @@ import dataclasses
 import tensorflow as tf
 
 from augself_tf.flag_fields import option
-from augself_tf.methods.base import AugSelfModel
+from augself_tf.methods.augself_model import AugSelfModel
 from augself_tf.models.resnet import mlp
 from augself_tf.models.torch_init import Linear
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hp
 
-from augself_tf.training.config import TrainConfig, flag_values_of
+from augself_tf.training.train_config import TrainConfig, flag_values_of
 
 # Settings that say where and how often, not what is trained: left out of the table.
 BOOKKEEPING = frozenset({

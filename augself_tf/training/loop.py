@@ -14,12 +14,12 @@ import keras
 import tensorflow as tf
 
 from augself_tf.augment import PHOTOMETRIC_MODES, finish_views
-from augself_tf.data.base import IMAGENET_MEAN, IMAGENET_STD
 from augself_tf.data.pretrain import make_pair_dataset
+from augself_tf.data.source_base import IMAGENET_MEAN, IMAGENET_STD
 from augself_tf.data.sources import load_source, source_info
 from augself_tf.export.saved_model import export_backbone
 from augself_tf.methods import METHODS, build_method
-from augself_tf.methods.base import AugSelfModel, PretrainData
+from augself_tf.methods.augself_model import AugSelfModel, PretrainData
 from augself_tf.models.resnet import build_backbone
 from augself_tf.progress import Progress
 from augself_tf.runtime.determinism import make_deterministic
@@ -31,10 +31,10 @@ from augself_tf.training.checkpoints import (
     restore,
     training_state,
 )
-from augself_tf.training.config import TrainConfig
 from augself_tf.training.hparams import write_run_hparams
 from augself_tf.training.monitors import build_monitors, plan_monitors
 from augself_tf.training.optim import build_optimizer
+from augself_tf.training.train_config import TrainConfig
 
 
 class NonFiniteLossError(RuntimeError):
@@ -133,7 +133,7 @@ def build_model(
     """The run's model under ``strategy``'s scope, compiled with its optimizer, every variable built.
 
     The backbone and method of ``cfg`` (the method's options completed from ``data`` by the method itself,
-    :meth:`~augself_tf.methods.base.AugSelfModel.complete_options`), built at the views' size, with the
+    :meth:`~augself_tf.methods.augself_model.AugSelfModel.complete_options`), built at the views' size, with the
     batch-scaled SGD of ``cfg.lr`` and ``cfg.weight_decay`` over ``data.total_steps``. The backbone normalises
     its input with ``input_mean`` / ``input_std`` (default: ``cfg``'s, else ImageNet's statistics). The
     benchmarks time the step of this model (bench/common.py).

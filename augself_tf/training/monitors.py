@@ -28,7 +28,7 @@ from augself_tf.data.sources import SourceInfo, load_source, source_info
 from augself_tf.training.knn import weighted_knn_accuracy
 
 if TYPE_CHECKING:
-    from augself_tf.training.config import TrainConfig
+    from augself_tf.training.train_config import TrainConfig
 
 QUERY_SPLITS = ("test", "validation", "val")  # the first one a source has is the default query split
 PERMUTATION = "permutation"  # the label colorperm predicts: index into CHANNEL_PERMUTATIONS

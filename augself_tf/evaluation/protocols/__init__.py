@@ -26,7 +26,7 @@ from augself_tf.evaluation.protocols import (
     robustness,
     rotation,
 )
-from augself_tf.evaluation.protocols.base import Protocol, Records
+from augself_tf.evaluation.protocols.protocol import Protocol, Records
 from augself_tf.registries import Registry
 
 #: Every protocol by name, in the order ``--protocol all`` runs them and the table lists them.

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from augself_tf.augment import registry
-from augself_tf.augment.config import AugmentConfig
+from augself_tf.augment.augment_config import AugmentConfig
 from augself_tf.augment.pipeline import PHOTOMETRIC_MODES
 from augself_tf.flag_fields import (
     define_flag,
