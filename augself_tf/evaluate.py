@@ -20,6 +20,7 @@ in augself_tf/evaluation/protocols (docs/architecture.md, "Evaluation protocols"
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -31,9 +32,35 @@ import_tensorflow_quietly()  # before anything imports TensorFlow: its start-up 
 
 from augself_tf.evaluation.context import EvalSettings, ProbeOptions  # noqa: E402
 from augself_tf.evaluation.protocols import PROTOCOLS, all_protocols  # noqa: E402
-from augself_tf.flag_fields import define_flags, options_from_flags  # noqa: E402
+from augself_tf.flag_fields import define_flags, option, options_from_flags, values_from_flags  # noqa: E402
 
 PROTOCOL_CHOICES = (*PROTOCOLS, "all")
+
+
+@dataclasses.dataclass
+class EvalCommand:
+    """eval_main's own flags: what to evaluate, where results go, how it runs (`EvalSettings` holds the
+    settings the protocols share)."""
+
+    saved_model: str | None = option(None, "SavedModel directory, or several separated by commas (one column "
+                                           "each).")
+    protocol: str = option("linear", lambda: "One protocol, or several separated by commas: " + "; ".join(
+        f"{name} = {p.summary}" for name, p in PROTOCOLS.items()) + f"; all = {', '.join(all_protocols())}.")
+    dataset: str = option("shapes", "Dataset spec: shapes, folder:PATH, a tfds name, or fc100.")
+    data_dir: str | None = option(None, "tensorflow-datasets data directory.")
+    output: str | None = option(None, "Results JSON (default <first saved_model>/../eval/results.json).")
+    strategy: str = option("auto", "tf.distribute strategy of fine-tuning (auto: mirrored over all GPUs, or over "
+                                   "--cpu_replicas CPUs).", choices=("auto", "one_device", "mirrored"))
+    cpu_replicas: int = option(1, "Logical CPU devices to split the CPU into (mirrored runs without GPUs).",
+                               minimum=1)
+    log_to: str | None = option(None, "Also write the results as TensorBoard scalars (eval/<protocol>/<dataset>/"
+                                      "<metric>) into a training run, where the HParams dashboard lists them beside "
+                                      "its settings: a model_dir (one --saved_model), or 'auto' = each SavedModel's "
+                                      "own run (the directory holding it).")
+    quiet: bool = option(False, "No progress lines on stderr.")
+    deterministic: bool = option(False, "Bit-identical reruns: op determinism and, on CPU, one thread per op "
+                                        "(slower; matters for fine-tuning and the InfoNCE critic).")
+
 
 FLAGS = flags.FLAGS
 # Importing this module defines the program's flags on absl's global FLAGS, one per option of every protocol
@@ -41,52 +68,23 @@ FLAGS = flags.FLAGS
 # --help lists the flags of the running program, sys.argv[0]: they are this program's whichever entry point
 # imported it (augself-eval, eval_main.py, -m).
 PROGRAM = sys.argv[0] if sys.argv and sys.argv[0] else __name__
-_IN_HELP = {"module_name": PROGRAM}
-flags.DEFINE_string("saved_model", None, "SavedModel directory, or several separated by commas (one column each).",
-                   **_IN_HELP)
-flags.DEFINE_string(
-    "protocol", "linear",
-    "One protocol, or several separated by commas: "
-    + "; ".join(f"{name} = {p.summary}" for name, p in PROTOCOLS.items())
-    + f"; all = {', '.join(all_protocols())}.",
-    **_IN_HELP,
-)
-flags.DEFINE_string("dataset", "shapes", "Dataset spec: shapes, folder:PATH, a tfds name, or fc100.", **_IN_HELP)
-flags.DEFINE_string("data_dir", None, "tensorflow-datasets data directory.", **_IN_HELP)
-_DEFAULTS = EvalSettings()  # the defaults are EvalSettings' own, written once there
-flags.DEFINE_integer("image_size", _DEFAULTS.image_size, "Eval resolution: shorter side resized to it, then a "
-                     "centre crop.", **_IN_HELP)
-flags.DEFINE_string("output", None, "Results JSON (default <first saved_model>/../eval/results.json).", **_IN_HELP)
-flags.DEFINE_integer("batch_size", _DEFAULTS.batch_size, "Images per model call.", **_IN_HELP)
-flags.DEFINE_integer("max_examples", _DEFAULTS.max_examples, "Use at most this many examples per split "
-                     "(fixed-seed subset).", **_IN_HELP)
-flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of subsets, validation hold-out, episodes, queries and "
-                     "augmentations.", **_IN_HELP)
-flags.DEFINE_string("label_key", _DEFAULTS.label_key, "Integer label to classify/probe (e.g. color for shapes).",
-                    **_IN_HELP)
+define_flags("", EvalCommand, FLAGS, PROGRAM)
+define_flags("", EvalSettings, FLAGS, PROGRAM)
 # The linear probe's solver is shared by linear, rotation, colorperm and robustness: --linear_backend, ...
 define_flags("linear", ProbeOptions, FLAGS, PROGRAM)
 for _name, _protocol in PROTOCOLS.items():  # --<protocol>_<option> for every option of every protocol
     define_flags(_name, _protocol.options, FLAGS, PROGRAM)
-flags.DEFINE_enum(
-    "strategy", "auto", ["auto", "one_device", "mirrored"],
-    "tf.distribute strategy of fine-tuning (auto: mirrored over all GPUs, or over --cpu_replicas CPUs).",
-    **_IN_HELP,
-)
-flags.DEFINE_integer("cpu_replicas", 1, "Logical CPU devices to split the CPU into (mirrored runs without GPUs).",
-                     **_IN_HELP)
-flags.DEFINE_string(
-    "log_to", None,
-    "Also write the results as TensorBoard scalars (eval/<protocol>/<dataset>/<metric>) into a training run, "
-    "where the HParams dashboard lists them beside its settings: a model_dir (one --saved_model), or 'auto' = "
-    "each SavedModel's own run (the directory holding it).",
-    **_IN_HELP,
-)
-flags.DEFINE_bool("quiet", False, "No progress lines on stderr.", **_IN_HELP)
-flags.DEFINE_bool("verbose", False, "Progress lines for every value of a regularisation sweep, not one per sweep.",
-                  **_IN_HELP)
-flags.DEFINE_bool("deterministic", False, "Bit-identical reruns: op determinism and, on CPU, one thread per op "
-                  "(slower; matters for fine-tuning and the InfoNCE critic).", **_IN_HELP)
+
+
+def eval_settings_from_flags(flag_values, output_dir: str = ".") -> EvalSettings:
+    """The shared `EvalSettings` from eval_main's parsed flags (``--linear_*`` for the probe).
+
+    Raises:
+      ValueError: a value below its minimum (a non-positive --image_size, ...).
+    """
+    return EvalSettings(**values_from_flags("", EvalSettings, flag_values), output_dir=output_dir,
+                        probe=options_from_flags("linear", ProbeOptions, flag_values))
+
 
 def program_name() -> str:
     """The command's name for error lines: ``augself-eval``, or ``eval_main`` when run as eval_main.py."""
@@ -152,21 +150,16 @@ def run(argv_models: list[str], protocols: list[str], explicit: bool) -> int:
     # Options of the protocols that run only: a bad value of another protocol's flag does not matter.
     try:
         options = {name: options_from_flags(name, PROTOCOLS[name].options, FLAGS) for name in protocols}
-        probe = options_from_flags("linear", ProbeOptions, FLAGS)
+        settings = eval_settings_from_flags(FLAGS, output_dir=os.path.dirname(os.path.abspath(output)))
     except ValueError as e:  # a list flag whose items do not parse
         raise EvalError(str(e)) from None
-    settings = EvalSettings(
-        image_size=FLAGS.image_size, batch_size=FLAGS.batch_size, max_examples=FLAGS.max_examples, seed=FLAGS.seed,
-        label_key=FLAGS.label_key, output_dir=os.path.dirname(os.path.abspath(output)), probe=probe,
-        verbose=FLAGS.verbose,
-    )
     log = None if FLAGS.quiet else log_stderr
     if FLAGS.deterministic:  # before TensorFlow runs an op
-        from augself_tf.training.determinism import make_deterministic
+        from augself_tf.runtime.determinism import make_deterministic
 
         make_deterministic()
     if "finetune" in protocols:  # before TensorFlow touches a device: split_cpu must come first
-        from augself_tf.training.strategy import make_strategy
+        from augself_tf.runtime.strategy import make_strategy
 
         settings.strategy = make_strategy(FLAGS.strategy, FLAGS.cpu_replicas)
         if log:
@@ -190,7 +183,7 @@ def run(argv_models: list[str], protocols: list[str], explicit: bool) -> int:
             report.save_records(records, output)  # keep partial results if a later step fails
     report.save_records(records, output)
     if FLAGS.log_to:
-        from augself_tf.training.hparams import log_eval_records
+        from augself_tf.runtime.tensorboard import log_eval_records
 
         for model, path in zip(models, argv_models, strict=True):
             run_dir = log_target(FLAGS.log_to, path)
@@ -224,13 +217,15 @@ def main(argv: list[str]) -> int:
                  "use --log_to=auto to log each to its own run")
         if not os.path.isdir(FLAGS.log_to):
             fail(f"--log_to: run directory not found: {FLAGS.log_to}")
-    for name in ("image_size", "batch_size", "cpu_replicas"):
-        if FLAGS[name].value < 1:
-            fail(f"--{name} must be positive, got {FLAGS[name].value}")
+    try:  # the minimums the fields declare: a non-positive --image_size, --batch_size or --cpu_replicas
+        eval_settings_from_flags(FLAGS)
+        options_from_flags("", EvalCommand, FLAGS)
+    except ValueError as e:
+        fail(str(e))
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # tf.distribute's INFO lines would bury the progress lines
     if FLAGS.deterministic:
-        from augself_tf.training.determinism import restart_without_onednn
+        from augself_tf.runtime.determinism import restart_without_onednn
 
         restart_without_onednn()
     protocols = parse_protocols(FLAGS.protocol)

@@ -1,22 +1,45 @@
 """Dataclass fields that are also absl flags: a default, its help line and its allowed values, written once.
 
-`TrainConfig`'s settings (train_main, ``--<field>``) and the evaluation protocols' options (eval_main,
-``--<protocol>_<field>``) are declared with :func:`option`; :func:`define_flags` turns the fields into flags
-and :func:`values_from_flags` / :func:`options_from_flags` read them back. The flag's kind follows the
-default (its annotation when the default is None): bool, int, float, str (an enum with ``choices``), or a
-tuple (a comma-separated list whose items take the type of the default's items).
+Every user setting is declared with :func:`option` as a field of a settings dataclass: `TrainConfig` and
+`AugmentConfig` (augself-train, ``--<field>``), each method's ``Options`` (``--<field>``, shared by the
+methods that declare the same name), `EvalSettings` and eval_main's own flags (``--<field>``), and the
+evaluation protocols' options (``--<protocol>_<field>``). :func:`define_flags` turns the fields into
+flags and :func:`values_from_flags` / :func:`options_from_flags` read them back, checking ``minimum``.
+
+The flag's kind follows the default (its annotation when the default is None): bool, int, float, str (an
+enum with ``choices``), or a tuple (a comma-separated list whose items take the type of the default's
+items). A field with ``parse`` is one string flag whose text ``parse`` turns into the value and ``text``
+writes back (``--augself=crop,color``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
-def option(default: Any, help: str, *, choices: tuple[str, ...] | None = None) -> Any:  # noqa: A002
-    """A dataclass field that is also a flag: ``default``, its ``help`` line and, for strings, ``choices``."""
-    return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
+def option(default: Any, help: str | Callable[[], str], *, choices: tuple[str, ...] | None = None,  # noqa: A002
+           minimum: float | None = None, parse: Callable[[str | None], Any] | None = None,
+           text: Callable[[Any], str] | None = None) -> Any:
+    """A dataclass field that is also a flag.
+
+    Args:
+      default: the value when the flag is not given.
+      help: the flag's help line, or a function returning it when the flag is defined (a line that lists
+        what a registry holds at that time).
+      choices: the allowed strings (an enum flag).
+      minimum: the smallest allowed value (1: "must be positive"); None values are not checked.
+      parse / text: the value from the flag's text and back, for a value written as one string flag.
+    """
+    metadata = {"help": help, "choices": choices, "minimum": minimum, "parse": parse, "text": text}
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def names_text(names: Sequence[str]) -> str:
+    """A tuple of names as a flag writes it: comma-separated, ``none`` when empty."""
+    return ",".join(names) or "none"
 
 
 def flag_fields(cls: type) -> list[dataclasses.Field]:
@@ -24,41 +47,60 @@ def flag_fields(cls: type) -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(cls) if "help" in f.metadata]
 
 
+def help_text(field: dataclasses.Field) -> str:
+    """The help line of an :func:`option` field (a function's result, for a help given as one)."""
+    text = field.metadata["help"]
+    return text() if callable(text) else text
+
+
 def _flag_name(prefix: str, field: dataclasses.Field) -> str:
     return f"{prefix}_{field.name}" if prefix else field.name
 
 
-def _kind(cls: type, field: dataclasses.Field) -> type:
-    """The type a flag parses to: the default's, or for a None default the annotation's (``X | None`` -> X)."""
+def flag_kind(cls: type, field: dataclasses.Field) -> type:
+    """The type a flag parses to: str for a ``parse`` field, else the default's type, or for a None default the
+    annotation's (``X | None`` -> X)."""
+    if field.metadata.get("parse") is not None:
+        return str
     if field.default is not None:
         return type(field.default)
     hint = typing.get_type_hints(cls)[field.name]
     return next((t for t in typing.get_args(hint) if t is not type(None)), hint)
 
 
-def define_flags(prefix: str, cls: type, flag_values: Any, module_name: str) -> None:
-    """Define ``--{prefix}_{field}`` (``--{field}`` for an empty prefix) for every :func:`option` of ``cls``.
-
-    ``module_name``: the module the flags are listed under (the program's, so that ``--help`` shows them).
-    """
+def define_flag(name: str, kind: type, default: Any, help_line: str, flag_values: Any, module_name: str,
+                choices: Sequence[str] | None = None) -> None:
+    """Defines one flag of ``kind`` (bool, int, float, str, tuple; an enum with ``choices``)."""
     from absl import flags
 
     kw = {"flag_values": flag_values, "module_name": module_name}
+    if choices:
+        flags.DEFINE_enum(name, default, list(choices), help_line, **kw)
+    elif kind is bool:
+        flags.DEFINE_bool(name, default, help_line, **kw)
+    elif kind is int:
+        flags.DEFINE_integer(name, default, help_line, **kw)
+    elif kind is float:
+        flags.DEFINE_float(name, default, help_line, **kw)
+    elif kind is tuple:
+        items = None if default is None else [f"{v:g}" if isinstance(v, float) else str(v) for v in default]
+        flags.DEFINE_list(name, items, help_line, **kw)
+    else:
+        flags.DEFINE_string(name, default, help_line, **kw)
+
+
+def define_flags(prefix: str, cls: type, flag_values: Any, module_name: str, *, defaults: Any = None) -> None:
+    """Define ``--{prefix}_{field}`` (``--{field}`` for an empty prefix) for every :func:`option` of ``cls``.
+
+    ``module_name``: the module the flags are listed under (the program's, so that ``--help`` shows them).
+    ``defaults``: an instance of ``cls`` whose values are the flags' defaults (default: the fields' own).
+    """
     for f in flag_fields(cls):
-        name, default, help_text = _flag_name(prefix, f), f.default, f.metadata["help"]
-        choices, kind = f.metadata["choices"], _kind(cls, f)
-        if choices:
-            flags.DEFINE_enum(name, default, list(choices), help_text, **kw)
-        elif kind is bool:
-            flags.DEFINE_bool(name, default, help_text, **kw)
-        elif kind is int:
-            flags.DEFINE_integer(name, default, help_text, **kw)
-        elif kind is float:
-            flags.DEFINE_float(name, default, help_text, **kw)
-        elif kind is tuple:
-            flags.DEFINE_list(name, [f"{v:g}" if isinstance(v, float) else str(v) for v in default], help_text, **kw)
-        else:
-            flags.DEFINE_string(name, default, help_text, **kw)
+        default = f.default if defaults is None else getattr(defaults, f.name)
+        if f.metadata.get("parse") is not None:
+            default = f.metadata["text"](default)
+        define_flag(_flag_name(prefix, f), flag_kind(cls, f), default, help_text(f), flag_values, module_name,
+                    f.metadata["choices"])
 
 
 def _parse_list(flag: str, default: tuple, items: list[str]) -> tuple:
@@ -72,20 +114,44 @@ def _parse_list(flag: str, default: tuple, items: list[str]) -> tuple:
         raise ValueError(f"--{flag} must be {noun}, got {','.join(items)}") from None
 
 
+def check_minimum(flag: str, field: dataclasses.Field, value: Any) -> None:
+    """Raises ValueError when ``value`` is below the field's ``minimum`` (None values pass)."""
+    low = field.metadata.get("minimum")
+    if low is not None and value is not None and value < low:
+        wanted = "positive" if low == 1 else f">= {low}"
+        raise ValueError(f"--{flag} must be {wanted}, got {value}")
+
+
 def values_from_flags(prefix: str, cls: type, flag_values: Any) -> dict[str, Any]:
     """``{field: value}`` of the :func:`option` fields of ``cls`` from their flags (lists made tuples).
 
     Raises:
-      ValueError: a list flag whose items do not parse as the default's items.
+      ValueError: a value below its field's ``minimum``, a ``parse`` that refuses its text, or a list flag
+        whose items do not parse as the default's items.
     """
     values = {}
     for f in flag_fields(cls):
         name = _flag_name(prefix, f)
         value = flag_values[name].value
-        values[f.name] = _parse_list(name, f.default, value) if isinstance(f.default, tuple) else value
+        if f.metadata.get("parse") is not None:
+            value = f.metadata["parse"](value)
+        elif isinstance(f.default, tuple):
+            value = _parse_list(name, f.default, value)
+        check_minimum(name, f, value)
+        values[f.name] = value
     return values
 
 
 def options_from_flags(prefix: str, cls: type, flag_values: Any) -> Any:
     """An instance of ``cls`` from the values of its ``--{prefix}_*`` flags (see :func:`values_from_flags`)."""
     return cls(**values_from_flags(prefix, cls, flag_values))
+
+
+def flag_value(field: dataclasses.Field, value: Any) -> Any:
+    """A field's value as its flag writes it: the ``text`` of a ``parse`` field, a tuple comma-joined, else as is
+    (TensorBoard's HParams columns)."""
+    if field.metadata.get("text") is not None:
+        return field.metadata["text"](value)
+    if isinstance(value, tuple):
+        return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)
+    return value

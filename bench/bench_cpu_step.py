@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import glob
 import json
 import os
 import re
@@ -49,6 +48,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import augself_tf.models.resnet as resnet  # noqa: E402
+from augself_tf.runtime import tensorboard  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.dirname(os.path.abspath(__file__))
@@ -244,6 +244,17 @@ class TorchWorker:
         self.proc.wait(timeout=60)
 
 
+def composite_bn(step: common.TrainStep) -> common.TrainStep:
+    """`step` with every BatchNorm computing its training statistics from moments and elementwise ops (Keras
+    3's way, and the library's before the fused kernel), set per layer before the step is first traced."""
+    from augself_tf.models.batch_norm import BatchNorm
+
+    for layer in step.model._flatten_layers():
+        if isinstance(layer, BatchNorm):
+            layer._fusable = lambda inputs: False
+    return step
+
+
 def part_step(args) -> dict:
     spec = common.StepSpec(method="simsiam", augself=("crop", "color"), backbone="resnet18", width=args.width,
                            image_size=args.image_size, batch_size=args.step_batch)
@@ -254,6 +265,8 @@ def part_step(args) -> dict:
         import dataclasses
 
         runs["tf bfloat16"] = common.TrainStep(dataclasses.replace(spec, mixed_precision="bfloat16")).run
+    if args.composite_bn:
+        runs["tf float32 composite BN"] = composite_bn(common.TrainStep(spec)).run
     workers = []
     if args.torch:
         threads = args.torch_threads or intra_op_threads()
@@ -276,6 +289,8 @@ def part_step(args) -> dict:
     summary = {k: {"s_per_step": spread([t.wall for t in v]), "cpu_s_per_step": spread([t.cpu for t in v])}
                for k, v in times.items()}
     ratios = {}
+    if "tf float32 composite BN" in times:
+        ratios["tf float32 composite BN / tf float32"] = paired(times, "tf float32 composite BN", "tf float32")
     if "tf bfloat16" in times:
         ratios["tf float32 / tf bfloat16"] = paired(times, "tf float32", "tf bfloat16")
     for k in times:
@@ -296,16 +311,10 @@ def part_step(args) -> dict:
 # ------------------------------------------------------------------------------------------------ TensorBoard
 
 
-def read_scalars(tb_dir: str, tags: tuple[str, ...]) -> dict[str, list[tuple[int, float]]]:
-    """{tag: [(step, value)]} of scalar summaries in a TensorBoard directory, sorted by step."""
-    out: dict[str, dict[int, float]] = {t: {} for t in tags}
-    for path in sorted(glob.glob(os.path.join(tb_dir, "events.out.tfevents.*"))):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for v in event.summary.value:
-                if v.tag in out:
-                    value = v.simple_value if v.HasField("simple_value") else float(tf.make_ndarray(v.tensor))
-                    out[v.tag][int(event.step)] = value
-    return {t: sorted(points.items()) for t, points in out.items()}
+def read_curves(tb_dir: str, tags: tuple[str, ...]) -> dict[str, list[tuple[int, float]]]:
+    """{tag: [(step, value)]} of scalar summaries in a TensorBoard directory, sorted by step (the library's reader)."""
+    events = tensorboard.read_scalars(tb_dir, tags)
+    return {t: tensorboard.last_per_step(events.get(t, [])) for t in tags}
 
 
 PROGRESS = re.compile(r"\b(\d+)/(\d+) \(\d+%\)")
@@ -358,7 +367,7 @@ def part_losses(args) -> dict:
             flags = [f"--max_steps={args.loss_steps}", "--monitor=none", "--log_every=1", "--noexport", *extra]
             run = run_train_main(flags, os.path.join(tmp, f"run{i}"))
             walls[name] = run["wall_s"]
-            curves[name] = read_scalars(os.path.join(tmp, f"run{i}", "tensorboard"), LOSS_TAGS)
+            curves[name] = read_curves(os.path.join(tmp, f"run{i}", "tensorboard"), LOSS_TAGS)
             print(f"#   {name}: {run['wall_s']:.0f}s wall with start-up", flush=True)
     stats: dict[str, dict] = {}
     for other in [name for name, _ in runs[1:]]:
@@ -461,7 +470,7 @@ def part_e2e(args) -> dict:
             else:
                 with tempfile.TemporaryDirectory(prefix=f"e2e_{name}_") as tmp:
                     run = run_train_main(e2e_flags(args, name), os.path.join(tmp, "run"))
-                    rates = read_scalars(os.path.join(tmp, "run", "tensorboard"), ("pairs_per_sec",))["pairs_per_sec"]
+                    rates = read_curves(os.path.join(tmp, "run", "tensorboard"), ("pairs_per_sec",))["pairs_per_sec"]
                 steady = [v for s, v in rates if s > args.e2e_log_every]  # the first window holds tracing
                 first, last = args.e2e_log_every, max(run["cpu_at"])
                 (w0, c0), (w1, c1) = run["cpu_at"][first], run["cpu_at"][last]
@@ -508,6 +517,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--width", type=float, default=1.0, help="ResNet-18 width of the step part")
     p.add_argument("--step_batch", type=int, default=64)
     p.add_argument("--tf_precisions", default="float32,bfloat16")
+    p.add_argument("--composite_bn", action=argparse.BooleanOptionalAction, default=True,
+                   help="step part: also time float32 with BN composed of moments (before the fused kernel)")
     p.add_argument("--torch", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--torch_variants", default="torch,torch passive",
                    help="'torch' (OpenMP defaults) and/or 'torch passive' (OMP_WAIT_POLICY=PASSIVE)")

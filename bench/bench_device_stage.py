@@ -43,7 +43,6 @@ import copy
 import dataclasses
 import functools
 import gc
-import glob
 import json
 import os
 import subprocess
@@ -65,9 +64,13 @@ from augself_tf.augment import (  # noqa: E402
     ops,
     registry,
 )
+from augself_tf.augment.crop_sampler import crop_box  # noqa: E402
+from augself_tf.augment.photometric import decode_color_omega  # noqa: E402
+from augself_tf.augment.steps import DEVICE, HOST  # noqa: E402
 from augself_tf.data.pretrain import example_seed, make_pair_dataset  # noqa: E402
+from augself_tf.runtime.strategy import make_strategy  # noqa: E402
+from augself_tf.runtime.tensorboard import last_per_step, read_scalars  # noqa: E402
 from augself_tf.training.loop import make_distributed_step  # noqa: E402
-from augself_tf.training.strategy import make_strategy  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 DEFAULT_SOURCE = "folder:/work/shared/data/tiny-imagenet-mini@all"
@@ -258,7 +261,7 @@ def part_jpeg(jpegs, args) -> dict:
     def windows(data, i):
         shape = tf.image.extract_jpeg_shape(data)
         seeds = tf.unstack(tf.random.experimental.stateless_split(tf.stack([i, tf.constant(7, tf.int64)]), 2))
-        return [registry.crop_box(shape[0], shape[1], s, cfg.crop_scale, cfg.crop_ratio) for s in seeds]
+        return [crop_box(shape[0], shape[1], s, cfg.crop_scale, cfg.crop_ratio) for s in seeds]
 
     def as_u8(x):
         return tf.cast(tf.round(tf.clip_by_value(x, 0.0, 1.0) * 255.0), tf.uint8)
@@ -397,12 +400,12 @@ def part_finish_breakdown(source, args) -> dict:
     x = tf.concat([b["view1"], b["view2"]], 0)
     params = tf.nest.map_structure(lambda p, q: tf.concat([p, q], 0), b["device1"], b["device2"])
     xf = tf.cast(x, tf.float32) / 255.0
-    factors = registry.decode_color_omega(params["color"]["u"], cfg)
+    factors = decode_color_omega(params["color"]["u"], cfg)
     fns = {"finish_views (both views, every device step)": (lambda: finish_views(b, cfg), None),
            "uint8 -> float32 and clip only": (lambda: tf.clip_by_value(tf.cast(x, tf.float32) / 255.0, 0.0, 1.0),
                                               None)}
     for step in registry.PIPELINE:
-        if step.stage == registry.DEVICE:
+        if step.stage == DEVICE:
             fns[f"{step.name}: transform_batch"] = (
                 lambda step=step: step.transform_batch(xf, params[step.name], cfg), xf)
     per = [tf.reshape(factors[:, i], [-1, 1, 1, 1]) for i in range(4)]
@@ -445,17 +448,6 @@ def part_finish_breakdown(source, args) -> dict:
 # ----------------------------------------------------------------------------------------------- 3. train_main
 
 
-def read_scalars(tb_dir: str, tag: str) -> list[tuple[int, float]]:
-    out = []
-    for path in sorted(glob.glob(os.path.join(tb_dir, "events.out.tfevents.*"))):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for v in event.summary.value:
-                if v.tag == tag:
-                    value = v.simple_value if v.HasField("simple_value") else float(tf.make_ndarray(v.tensor))
-                    out.append((int(event.step), value))
-    return sorted(out)
-
-
 def part_train_main(args) -> dict:
     results = {}
     order = [m for _ in range(args.train_main_runs) for m in MODES]
@@ -475,7 +467,8 @@ def part_train_main(args) -> dict:
             if proc.returncode != 0:
                 print(proc.stdout[-2000:], proc.stderr[-4000:], sep="\n")
                 raise RuntimeError(f"train_main.py --photometric={mode} failed ({proc.returncode})")
-            rates = read_scalars(os.path.join(tmp, "run", "tensorboard"), "pairs_per_sec")
+            rates = last_per_step(read_scalars(os.path.join(tmp, "run", "tensorboard"), ["pairs_per_sec"])
+                                  .get("pairs_per_sec", []))
         steady = [r for s, r in rates[1:]]  # the first window holds tracing and the first checkpoint's setup
         results.setdefault(mode, []).append({"windows": rates, "pairs_per_sec": common.median(steady),
                                              "wall_s": wall, "cpu_s": cpu})
@@ -508,7 +501,7 @@ def part_host_breakdown(source, args) -> dict:
             omega, device = {}, {}
             for step in registry.PIPELINE:
                 params = step.sample(step_seeds[step.seed_slot], tf.shape(view), cfg)
-                if step.stage == registry.DEVICE:
+                if step.stage == DEVICE:
                     device[step.name] = params
                 elif step.name in host_steps:
                     view = tf.ensure_shape(step.transform(view, params, cfg), [size, size, 3])
@@ -522,7 +515,7 @@ def part_host_breakdown(source, args) -> dict:
                 view = tf.zeros([size, size, 3], tf.uint8)
             return view, omega, device
 
-        host_names = [s.name for s in registry.PIPELINE if s.stage == registry.HOST]
+        host_names = [s.name for s in registry.PIPELINE if s.stage == HOST]
         variants = {
             "draws + ω of every step, no pixel op": (),
             "+ crop+resize, uint8 out": ("crop",),

@@ -67,7 +67,7 @@ def augment_config(size: int, variant: str) -> AugmentConfig:
     if variant == "full":
         return AugmentConfig(image_size=size)
     if variant == "geometric":
-        return AugmentConfig(image_size=size, jitter_prob=0.0, gray_prob=0.0, blur_prob=0.0)
+        return AugmentConfig(image_size=size, probabilities={"jitter_prob": 0.0, "gray_prob": 0.0, "blur_prob": 0.0})
     raise ValueError(f"unknown variant {variant!r}")
 
 

@@ -31,7 +31,7 @@ import common  # noqa: E402  (sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads)
 import tensorflow as tf  # noqa: E402
 
 from augself_tf.augment import parse_augself  # noqa: E402
-from augself_tf.training.strategy import make_strategy  # noqa: E402
+from augself_tf.runtime.strategy import make_strategy  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,8 +1,10 @@
 """Shared helpers of the benchmarks: machine description, timing, and the training step as train_main runs it.
 
-The training step is built exactly like ``augself_tf.training.loop.train`` builds it (backbone and method
-under the strategy's scope, ``build_all``, the batch-scaled SGD + cosine schedule, ``strategy.run`` inside a
-``tf.function``), but fed a synthetic batch held in memory so that the input pipeline does not interfere.
+The training step is the library's own: the model ``augself_tf.training.loop.build_model`` builds for a
+``TrainConfig`` (its lr, weight decay and every other setting at TrainConfig's defaults unless the
+benchmark's :class:`StepSpec` sets them; the method's options completed from data of STL10's pretraining
+size, as a run would) and ``make_distributed_step`` around ``model.train_step``, fed a synthetic batch held
+in memory so that the input pipeline does not interfere.
 """
 
 from __future__ import annotations
@@ -135,9 +137,16 @@ def synthetic_batch(batch_size: int, image_size: int, seed: int = 0) -> dict:
     }
 
 
+#: Images of the data a benchmarked step's options are completed from: STL10's train+unlabelled (the paper's
+#: pretraining split), so e.g. MoCo's queue is what a run on it gets (62,976 keys at batch 32).
+STEP_DATA_EXAMPLES = 105_000
+STEP_DATA_CLASSES = 10
+STEP_TOTAL_STEPS = 1000  # length of the cosine schedule (and BYOL's τ schedule); does not change a step's cost
+
+
 @dataclasses.dataclass(frozen=True)
 class StepSpec:
-    """One training-step configuration (the train_main flags that matter for speed)."""
+    """One training-step configuration (the train_main flags that matter for speed); the rest is TrainConfig's."""
 
     method: str = "simsiam"
     augself: tuple[str, ...] = ("crop", "color")
@@ -157,36 +166,36 @@ class StepSpec:
         extra.append(self.mixed_precision or "float32")
         return f"{self.method}{aug} ({', '.join(extra)})"
 
+    def config(self):  # -> TrainConfig (imported late: TensorFlow's log level is set first)
+        """The run settings of this step: TrainConfig's defaults with this spec's fields."""
+        from augself_tf.augment import AugmentConfig
+        from augself_tf.training.train_config import TrainConfig
+
+        return TrainConfig(method=self.method, augself=self.augself, backbone=self.backbone, width=self.width,
+                           augment=AugmentConfig(image_size=self.image_size), batch_size=self.batch_size,
+                           jit_compile=self.jit_compile, mixed_precision=self.mixed_precision)
+
 
 class TrainStep:
-    """A built model + its compiled step, fed one synthetic batch; `run()` returns the step's seconds."""
+    """The library's model and compiled step for a :class:`StepSpec`, fed one synthetic batch; `run()` times a step."""
 
     def __init__(self, spec: StepSpec, strategy: tf.distribute.Strategy | None = None) -> None:
-        from augself_tf.methods import build_method
-        from augself_tf.models.resnet import build_backbone
-        from augself_tf.training.loop import make_distributed_step
-        from augself_tf.training.optim import build_optimizer
+        from augself_tf.methods.augself_model import PretrainData
+        from augself_tf.training.loop import build_model, make_distributed_step
 
         self.spec = spec
         if strategy is None:
-            from augself_tf.training.strategy import make_strategy
+            from augself_tf.runtime.strategy import make_strategy
 
             strategy = make_strategy("one_device")
+        cfg = spec.config()
+        data = PretrainData("synthetic", STEP_DATA_EXAMPLES, STEP_DATA_CLASSES, cfg.batch_size, STEP_TOTAL_STEPS,
+                            STEP_DATA_EXAMPLES // cfg.batch_size)
         previous = keras.mixed_precision.global_policy().name
-        if spec.mixed_precision:
-            keras.mixed_precision.set_global_policy(f"mixed_{spec.mixed_precision}")
+        if cfg.mixed_precision:  # as train() does, but restored: a benchmark builds several configurations
+            keras.mixed_precision.set_global_policy(f"mixed_{cfg.mixed_precision}")
         try:
-            with strategy.scope():
-                backbone = build_backbone(spec.backbone, spec.width, synchronized_bn=False)
-                model = build_method(
-                    spec.method, backbone, options={"total_steps": 1000}, augself=spec.augself,
-                    augself_weight=1.0, synchronized_bn=False,
-                )
-                model.build_all(spec.image_size)
-                optimizer = build_optimizer(0.03, spec.batch_size, 1000, mixed_precision=spec.mixed_precision,
-                                            weight_decay=5e-4, constant_lr_variables=model.constant_lr_variables())
-                model.compile(optimizer=optimizer)
-                optimizer.build(model.optimized_variables())
+            model = build_model(cfg, strategy, data)
         finally:
             keras.mixed_precision.set_global_policy(previous)
         self.model = model

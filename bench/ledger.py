@@ -295,27 +295,15 @@ def read_monitor_events(tensorboard_dir: str, steps_per_epoch: int) -> dict:
     """The ``monitor/*`` scalars of a run (``monitor/seconds`` aside) as columns per evaluated step.
 
     Returns ``{"step": [...], "epoch": [...], "values": {name: [...]}}`` sorted by step; a step written
-    twice (a resumed run redoing it) keeps its last value. Read with TensorBoard's EventAccumulator.
+    twice (a resumed run redoing it) keeps its last value. Read with ``augself_tf.runtime.tensorboard``.
     """
     from augself_tf.startup import import_tensorflow_quietly
 
     import_tensorflow_quietly()
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.util import tensor_util
+    from augself_tf.runtime.tensorboard import last_per_step, read_scalars
 
-    acc = EventAccumulator(tensorboard_dir, size_guidance={"tensors": 0, "scalars": 0})
-    acc.Reload()
-    series: dict[str, dict[int, float]] = {}
-    tags = acc.Tags()
-    for tag in tags.get("tensors", []):
-        if tag.startswith("monitor/") and tag != "monitor/seconds":
-            for ev in sorted(acc.Tensors(tag), key=lambda e: e.wall_time):
-                series.setdefault(tag[len("monitor/"):], {})[int(ev.step)] = float(
-                    tensor_util.make_ndarray(ev.tensor_proto))
-    for tag in tags.get("scalars", []):  # summaries written the TF1 way
-        if tag.startswith("monitor/") and tag != "monitor/seconds":
-            for ev in sorted(acc.Scalars(tag), key=lambda e: e.wall_time):
-                series.setdefault(tag[len("monitor/"):], {})[int(ev.step)] = float(ev.value)
+    events = read_scalars(tensorboard_dir, lambda tag: tag.startswith("monitor/") and tag != "monitor/seconds")
+    series = {tag[len("monitor/"):]: dict(last_per_step(points)) for tag, points in events.items()}
     steps = sorted({s for points in series.values() for s in points})
     return {
         "step": steps,

@@ -26,8 +26,12 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-import ledger
-from ledger import Arm
+if __package__:  # imported as bench.ledger_runner (python -m bench.reproduce_small, tests)
+    from bench import ledger
+    from bench.ledger import Arm
+else:  # run from a script in bench/ (python bench/reproduce_small.py), which put bench/ first on sys.path
+    import ledger
+    from ledger import Arm
 
 STARTUP_SECONDS = 60.0  # a train_main process's start, data reading, tracing and export (measured 20-60 s)
 MONITOR_OVERHEAD = 1.05  # a probe runs without monitors; they cost about 5% of a run (docs/monitors.md)
@@ -479,11 +483,10 @@ def probe(arm: Arm, ctx: Context) -> tuple[float, int]:
     from augself_tf.startup import import_tensorflow_quietly
 
     import_tensorflow_quietly()
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from augself_tf.runtime.tensorboard import read_scalars
 
-    acc = EventAccumulator(os.path.join(run, "tensorboard"), size_guidance={"tensors": 0})
-    acc.Reload()
-    events = sorted(acc.Tensors("loss/total"), key=lambda e: e.step)
+    events = sorted(read_scalars(os.path.join(run, "tensorboard"), ["loss/total"]).get("loss/total", []),
+                    key=lambda e: e.step)
     if len(events) < 2 or not steps:
         raise RuntimeError(f"probe of {arm.name} logged too little to time; see {log_path}")
     rate = (events[-1].wall_time - events[0].wall_time) / (events[-1].step - events[0].step)

@@ -11,7 +11,6 @@ Prints the values as a markdown table too (first and last point of each run), fo
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import sys
 
@@ -21,20 +20,10 @@ from augself_tf.startup import import_tensorflow_quietly
 def read_monitors(run_dir: str) -> dict[str, list[tuple[int, float]]]:
     """{tag: [(step, value), ...]} of the ``monitor/*`` scalars in a run's event files, sorted by step."""
     import_tensorflow_quietly()
-    import tensorflow as tf
+    from augself_tf.runtime.tensorboard import last_per_step, read_scalars, tensorboard_dir
 
-    tb = os.path.join(run_dir, "tensorboard")
-    tb = tb if os.path.isdir(tb) else run_dir
-    series: dict[str, dict[int, float]] = {}
-    for path in sorted(glob.glob(os.path.join(tb, "events.out.tfevents.*"))):
-        for record in tf.data.TFRecordDataset(path):
-            event = tf.compat.v1.Event.FromString(record.numpy())
-            for value in event.summary.value:
-                if not value.tag.startswith("monitor/") or value.tag == "monitor/seconds":
-                    continue
-                number = float(tf.make_ndarray(value.tensor)) if value.HasField("tensor") else value.simple_value
-                series.setdefault(value.tag, {})[int(event.step)] = number  # a resumed run rewrites a step
-    return {tag: sorted(points.items()) for tag, points in series.items()}
+    events = read_scalars(tensorboard_dir(run_dir), lambda tag: tag.startswith("monitor/") and tag != "monitor/seconds")
+    return {tag: last_per_step(points) for tag, points in events.items()}  # a resumed run rewrites a step
 
 
 def main(argv: list[str] | None = None) -> int:

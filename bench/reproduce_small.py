@@ -13,6 +13,7 @@ commit, machine, wall times, evaluation records and monitor curves; no weights);
 the same settings are not run again. Run directories live under runs/reproduce_small/<arm id> (not
 committed): an interrupted arm resumes from its checkpoint when the command runs again. The arms, the
 ledger schema and the report are in bench/ledger.py; running them in bench/ledger_runner.py.
+``python -m bench.reproduce_small`` from the repository root is the same command.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ import os
 import signal
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import ledger  # noqa: E402
-import ledger_runner  # noqa: E402
+if __package__:  # python -m bench.reproduce_small, or imported as bench.reproduce_small (tests)
+    from bench import ledger, ledger_runner
+else:  # python bench/reproduce_small.py: Python put bench/ first on sys.path
+    import ledger
+    import ledger_runner
 
 ROOT = ledger.ROOT
 

@@ -44,37 +44,26 @@ QUICK_EVAL = [
     "--dataset=shapes", "--image_size=32", "--max_examples=200", "--linear_regs=3", "--linear_max_iter=200",
     "--colorinfo_steps=40", "--colorinfo_seeds=1", "--colorinfo_eval_batches=2", "--colorinfo_batch=32",
 ]
-DEFAULTS = {"augself": "crop,color", "augself_weight": 1.0, "color_strength": 1.0, "method": "moco"}
-
-
-def read_flagfile(path: str) -> dict[str, str]:
-    """``--name=value`` lines of an absl flagfile (comments and nested flagfiles ignored)."""
-    out: dict[str, str] = {}
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line.startswith("--") and "=" in line:
-                name, value = line[2:].split("=", 1)
-                out[name] = value
-    return out
 
 
 def run_params(flagfile: str, train_args: list[str]) -> dict:
-    """Method, AugSelf set, λ and s of one run (flagfile, then overrides, then train_main's defaults)."""
-    flags = read_flagfile(flagfile)
-    for a in train_args:
-        if a.startswith("--") and "=" in a:
-            k, v = a[2:].split("=", 1)
-            flags[k] = v
-    augself = flags.get("augself", DEFAULTS["augself"])
-    has = augself.strip().lower() not in ("", "none")
+    """Method, AugSelf set, λ and s of one run: the TrainConfig train_main builds from the flagfile and the
+    overrides (parsed by the library, so the defaults are TrainConfig's)."""
+    from absl import flags
+
+    from augself_tf.training.train_config import config_from_flags, define_train_flags
+
+    values = flags.FlagValues()
+    define_train_flags(values, "sweep")
+    values(["sweep", f"--flagfile={flagfile}", *train_args])
+    cfg = config_from_flags(values)
     return {
         "name": os.path.splitext(os.path.basename(flagfile))[0],
         "flagfile": flagfile,
-        "method": flags.get("method", DEFAULTS["method"]),
-        "augself": augself if has else "none",
-        "lambda": float(flags.get("augself_weight", DEFAULTS["augself_weight"])) if has else None,
-        "color_strength": float(flags.get("color_strength", DEFAULTS["color_strength"])),
+        "method": cfg.method,
+        "augself": ",".join(cfg.augself) or "none",
+        "lambda": cfg.augself_weight if cfg.augself else None,
+        "color_strength": cfg.augment.color_strength,
     }
 
 

@@ -11,7 +11,7 @@ import dataclasses
 
 from augself_tf.evaluation.context import EvalContext
 from augself_tf.evaluation.loading import LoadedModel
-from augself_tf.evaluation.protocols.base import Protocol, Records
+from augself_tf.evaluation.protocols.protocol import Protocol, Records
 from augself_tf.evaluation.report import make_record
 from augself_tf.flag_fields import option
 

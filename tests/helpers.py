@@ -17,8 +17,8 @@ import tensorflow as tf
 from augself_tf.augment import AugmentConfig
 from augself_tf.methods import AugSelfModel, build_method
 from augself_tf.models.resnet import build_backbone
-from augself_tf.training.config import TrainConfig
 from augself_tf.training.optim import build_optimizer
+from augself_tf.training.train_config import TrainConfig
 
 #: default image size of the test batches.
 S = 8

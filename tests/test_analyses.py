@@ -17,13 +17,14 @@ import tensorflow as tf
 from conftest import mirrored_cpus
 from helpers import hparams_dashboard_rows
 
-from augself_tf.evaluation import corruptions, finetune, robustness
+from augself_tf.evaluation import corruptions, l2sp_finetune, perturbed_accuracy
 from augself_tf.evaluation.context import EvalContext, EvalSettings, ProbeOptions
 from augself_tf.evaluation.infonce import CriticOptions, infonce_bound
 from augself_tf.evaluation.loading import load_model
 from augself_tf.evaluation.protocols import colorinfo as color_info
 from augself_tf.evaluation.protocols import run_protocol
 from augself_tf.evaluation.protocols.colorinfo import ColorInfoOptions
+from augself_tf.evaluation.protocols.finetune import FinetuneOptions
 from augself_tf.evaluation.protocols.robustness import RobustnessOptions
 
 MemorySources = testing.MemorySources
@@ -139,7 +140,7 @@ def test_fgsm_moves_every_pixel_by_eps_against_the_loss(rand_model):
     rng = np.random.default_rng(2)
     coef, intercept = rng.normal(size=(d, 3)).astype(np.float32), np.zeros(3, np.float32)
     y = np.array([0, 1, 2, -1])
-    adv = robustness.fgsm(fn, coef, intercept, x, y, 0.05).numpy()
+    adv = perturbed_accuracy.fgsm(fn, coef, intercept, x, y, 0.05).numpy()
     step = np.abs(adv - x)
     assert np.all((np.isclose(step, 0.05, atol=1e-6)) | (step == 0))
     assert np.mean(step > 0) > 0.5
@@ -181,7 +182,7 @@ def test_l2sp_penalty_matches_numpy():
     now = [v + rng.normal(size=v.shape).astype(np.float32) for v in init]
     w = rng.normal(size=(6, 2)).astype(np.float32)
     alpha, beta = 0.1, 0.01
-    got = finetune.l2sp_penalty([tf.Variable(v) for v in now], [tf.constant(v) for v in init], tf.constant(w),
+    got = l2sp_finetune.l2sp_penalty([tf.Variable(v) for v in now], [tf.constant(v) for v in init], tf.constant(w),
                                 alpha, beta)
     want = alpha / 2 * sum(np.sum((a - b) ** 2) for a, b in zip(now, init, strict=True)) + beta / 2 * np.sum(w**2)
     assert float(got) == pytest.approx(float(want), rel=1e-5)
@@ -190,11 +191,11 @@ def test_l2sp_penalty_matches_numpy():
 def test_finetune_trains_the_savedmodel_and_beats_the_initial_head(blind_model):
     data = testing.rectangle_images(120, size=16, seed=5)
     x, y = (data["image"] / 255).astype(np.float32), data["color"]
-    o = finetune.FinetuneOptions(steps=60, batch_size=32, head_init="probe", flip=False, alphas=(0.01,),
+    o = FinetuneOptions(steps=60, batch_size=32, head_init="probe", flip=False, alphas=(0.01,),
                                  lrs=(0.02,), trials=1)
-    ft = finetune.Finetuner(blind_model, 3, o)
+    ft = l2sp_finetune.Finetuner(blind_model, 3, o)
     assert len(ft.backbone_vars) == 2  # the serving function exposes the module's variables
-    w0, b0 = finetune._probe_head(ft, x, y, 3)
+    w0, b0 = l2sp_finetune._probe_head(ft, x, y, 3)
     before = ft.accuracy(x, y, tf.constant(w0), tf.constant(b0))
     w, b = ft.fit(x, y, alpha=0.01, lr=0.02, seed=0, head=(w0, b0))
     after = ft.accuracy(x, y, w, b)
@@ -205,7 +206,7 @@ def test_finetune_trains_the_savedmodel_and_beats_the_initial_head(blind_model):
 
 
 def test_finetune_protocol_grid_trials_and_interval(blind_model, rect_data, tmp_path):
-    opts = finetune.FinetuneOptions(alphas=(0.01, 1.0), lrs=(0.02,), steps=50, trials=2, batch_size=32,
+    opts = FinetuneOptions(alphas=(0.01, 1.0), lrs=(0.02,), steps=50, trials=2, batch_size=32,
                                     head_init="probe")
     settings = EvalSettings(image_size=24, batch_size=64, label_key="color", output_dir=str(tmp_path),
                             strategy=mirrored_cpus())
@@ -226,10 +227,10 @@ def test_finetune_protocol_grid_trials_and_interval(blind_model, rect_data, tmp_
 def test_finetune_on_two_replicas_equals_one_device(blind_model):
     data = testing.rectangle_images(64, size=16, seed=6)
     x, y = (data["image"] / 255).astype(np.float32), data["color"]
-    o = finetune.FinetuneOptions(steps=8, batch_size=32, flip=False, alphas=(0.1,), lrs=(0.05,), trials=1)
+    o = FinetuneOptions(steps=8, batch_size=32, flip=False, alphas=(0.1,), lrs=(0.05,), trials=1)
     results = []
     for strategy in (None, mirrored_cpus()):
-        ft = finetune.Finetuner(blind_model, 3, o, strategy=strategy)
+        ft = l2sp_finetune.Finetuner(blind_model, 3, o, strategy=strategy)
         w, b = ft.fit(x, y, alpha=0.1, lr=0.05, seed=3)
         results.append((w.numpy(), b.numpy(), ft.backbone_vars[0].numpy(), ft.features(x[:5])))
     assert ft.strategy.num_replicas_in_sync == 2
@@ -249,8 +250,8 @@ def resnet_export(tmp_path_factory):
 
 
 def test_finetune_updates_batchnorm_statistics_of_our_exports_under_mirrored(resnet_export, rect_data):
-    o = finetune.FinetuneOptions(steps=3, batch_size=16, alphas=(0.01,), lrs=(0.01,), trials=1)
-    ft = finetune.Finetuner(resnet_export, 3, o, strategy=mirrored_cpus())
+    o = FinetuneOptions(steps=3, batch_size=16, alphas=(0.01,), lrs=(0.01,), trials=1)
+    ft = l2sp_finetune.Finetuner(resnet_export, 3, o, strategy=mirrored_cpus())
     assert ft.batch_norm.startswith("training mode") and len(ft.state_vars) > 0
     x = (rect_data["rect"]["train"]["image"][:32] / 255).astype(np.float32)
     before = ft.features(x)

@@ -18,12 +18,13 @@ from augself_tf.augment import (
     augment_view,
     omega_diff,
     parse_augself,
+    photometric,
     registry,
 )
 
 OFF = dict(flip_prob=0.0, jitter_prob=0.0, gray_prob=0.0, blur_prob=0.0, rotation_prob=0.0, solarize_prob=0.0)
 # On a square S x S input this crop is the whole image and the resize to S x S is the identity.
-IDENTITY_CROP = dict(crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0))
+IDENTITY_CROP = dict(crop_min_scale=1.0, crop_max_scale=1.0, crop_ratio=(1.0, 1.0))
 GRAY = np.array([0.299, 0.587, 0.114])
 
 
@@ -69,7 +70,7 @@ def rebuild_from_crop(image: np.ndarray, crop, flip: bool, size: int, dy: int = 
 )
 def test_crop_and_flip_omega_rebuild_the_view(image):
     size = 24
-    config = AugmentConfig(image_size=size, **{**OFF, "flip_prob": 0.5})
+    config = AugmentConfig(image_size=size, probabilities={**OFF, "flip_prob": 0.5})
     big_h, big_w = image.shape[:2]
     flips = set()
     for s in range(6):
@@ -97,7 +98,7 @@ def test_crop_and_flip_omega_rebuild_the_view(image):
 
 def test_identity_pipeline_and_identity_omegas():
     image = random_image(16, 16)
-    view, omega = run(image, [3, 4], AugmentConfig(image_size=16, **IDENTITY_CROP, **OFF))
+    view, omega = run(image, [3, 4], AugmentConfig(image_size=16, **IDENTITY_CROP, probabilities=OFF))
     np.testing.assert_allclose(view, image / 255.0, atol=1e-6)
     np.testing.assert_allclose(omega["crop"], [0.5, 0.5, 1.0, 1.0])
     assert omega["flip"][0] == 0 and omega["blur"][0] == 0 and omega["rotation"][0] == 0
@@ -118,7 +119,7 @@ def test_identity_pipeline_and_identity_omegas():
 
 def test_dynamic_shapes_in_tf_data_map():
     size = 20
-    config = AugmentConfig(image_size=size, **{**OFF, "flip_prob": 0.5})
+    config = AugmentConfig(image_size=size, probabilities={**OFF, "flip_prob": 0.5})
     images = [random_image(31, 47, 3, 5), random_image(12, 9, 1, 6), random_image(25, 25, 4, 7)]
 
     def gen():
@@ -173,7 +174,7 @@ def test_each_jitter_component_matches_torchvision_formula(component):
     strength = [0.0, 0.0, 0.0, 0.0]
     strength[component] = 0.4 if component == 3 else 0.8
     config = AugmentConfig(
-        image_size=size, **IDENTITY_CROP, **{**OFF, "jitter_prob": 1.0}, jitter_strength=tuple(strength)
+        image_size=size, **IDENTITY_CROP, probabilities={**OFF, "jitter_prob": 1.0}, jitter_base=tuple(strength)
     )
     informative = 0
     for s in range(5):
@@ -197,7 +198,7 @@ def test_jitter_order_is_random_per_example_and_factors_decode_from_omega():
     x = image / 255.0
     strength = (0.8, 0.8, 0.8, 0.4)
     config = AugmentConfig(
-        image_size=size, **IDENTITY_CROP, **{**OFF, "jitter_prob": 1.0}, jitter_strength=strength
+        image_size=size, **IDENTITY_CROP, probabilities={**OFF, "jitter_prob": 1.0}, jitter_base=strength
     )
     matches = []
     for s in range(10):
@@ -219,13 +220,13 @@ def test_jitter_order_is_random_per_example_and_factors_decode_from_omega():
 
 def test_color_identity_omega_and_strength_factor():
     config = AugmentConfig()
-    assert config.with_color_strength(0.5).jitter_strength == pytest.approx((0.2, 0.2, 0.2, 0.05))
-    assert config.with_color_strength(6).jitter_strength == pytest.approx((2.4, 2.4, 2.4, 0.5))
-    assert registry.color_identity_omega(config) == [0.5] * 4
-    strong = config.with_color_strength(3.0)  # brightness range [0, 2.2]: identity factor 1 -> 1/2.2
-    assert registry.color_identity_omega(strong) == pytest.approx([1 / 2.2, 1 / 2.2, 1 / 2.2, 0.5])
+    assert dataclasses.replace(config, color_strength=0.5).jitter_strength == pytest.approx((0.2, 0.2, 0.2, 0.05))
+    assert dataclasses.replace(config, color_strength=6).jitter_strength == pytest.approx((2.4, 2.4, 2.4, 0.5))
+    assert photometric.color_identity_omega(config) == [0.5] * 4
+    strong = dataclasses.replace(config, color_strength=3.0)  # brightness range [0, 2.2]: identity factor 1 -> 1/2.2
+    assert photometric.color_identity_omega(strong) == pytest.approx([1 / 2.2, 1 / 2.2, 1 / 2.2, 0.5])
     image = random_image(16, 16)
-    view, omega = run(image, [0, 0], dataclasses.replace(strong, image_size=16, **IDENTITY_CROP, **OFF))
+    view, omega = run(image, [0, 0], dataclasses.replace(strong, image_size=16, **IDENTITY_CROP, probabilities=OFF))
     np.testing.assert_allclose(omega["color"], [1 / 2.2, 1 / 2.2, 1 / 2.2, 0.5], rtol=1e-6)
     np.testing.assert_allclose(view, image / 255.0, atol=1e-6)
 
@@ -250,7 +251,7 @@ def test_blur_matches_scipy_gaussian_with_sigma_from_omega():
     assert kernel_size == 7
     image = random_image(size, size, 3, 30)
     x = image / 255.0
-    config = AugmentConfig(image_size=size, **IDENTITY_CROP, **{**OFF, "blur_prob": 0.5})
+    config = AugmentConfig(image_size=size, **IDENTITY_CROP, probabilities={**OFF, "blur_prob": 0.5})
     applied = informative = 0
     for s in range(16):
         view, omega = run(image, [s, 3], config)
@@ -270,7 +271,7 @@ def test_blur_matches_scipy_gaussian_with_sigma_from_omega():
 def test_rotation_from_omega():
     size = 12
     image = random_image(size, size, 3, 40)
-    config = AugmentConfig(image_size=size, **IDENTITY_CROP, **{**OFF, "rotation_prob": 1.0})
+    config = AugmentConfig(image_size=size, **IDENTITY_CROP, probabilities={**OFF, "rotation_prob": 1.0})
     seen = set()
     for s in range(16):
         view, omega = run(image, [s, 4], config)
@@ -285,7 +286,7 @@ def test_solarize_from_omega():
     size = 12
     image = random_image(size, size, 3, 50)
     x = image / 255.0
-    config = AugmentConfig(image_size=size, **IDENTITY_CROP, **{**OFF, "solarize_prob": 0.5})
+    config = AugmentConfig(image_size=size, **IDENTITY_CROP, probabilities={**OFF, "solarize_prob": 0.5})
     applied = 0
     for s in range(10):
         view, omega = run(image, [s, 5], config)
@@ -302,7 +303,8 @@ def test_solarize_from_omega():
 def test_grayscale_is_luma_replicated():
     size = 12
     image = random_image(size, size, 3, 60)
-    view, _ = run(image, [0, 0], AugmentConfig(image_size=size, **IDENTITY_CROP, **{**OFF, "gray_prob": 1.0}))
+    config = AugmentConfig(image_size=size, **IDENTITY_CROP, probabilities={**OFF, "gray_prob": 1.0})
+    view, _ = run(image, [0, 0], config)
     np.testing.assert_allclose(view, np.repeat((image / 255.0) @ GRAY, 3).reshape(view.shape), atol=1e-6)
 
 
@@ -344,8 +346,8 @@ def test_whole_pipeline_rebuilds_from_omega_in_the_papers_order():
     size = 40
     image = random_image(50, 70, 3, 90)
     config = AugmentConfig(
-        image_size=size, flip_prob=0.5, jitter_prob=1.0, gray_prob=0.5, blur_prob=1.0, rotation_prob=1.0,
-        solarize_prob=1.0,
+        image_size=size, probabilities=dict(flip_prob=0.5, jitter_prob=1.0, gray_prob=0.5, blur_prob=1.0,
+                                            rotation_prob=1.0, solarize_prob=1.0),
     )
     assert tuple(s.name for s in registry.PIPELINE) == DESIGN_ORDER
     checked = informative = 0
@@ -389,7 +391,7 @@ def test_whole_pipeline_rebuilds_from_omega_in_the_papers_order():
 
 def test_same_seed_same_view_and_omega_different_seed_differs():
     image = random_image(40, 30, 3, 70)
-    config = AugmentConfig(image_size=16, rotation_prob=0.5, solarize_prob=0.5)
+    config = AugmentConfig(image_size=16, probabilities=dict(rotation_prob=0.5, solarize_prob=0.5))
     seed = tf.random.experimental.stateless_fold_in(tf.constant([5, 6], tf.int64), 0)  # epoch 0
     v1, o1 = run(image, seed, config)
     v2, o2 = run(image, seed, config)
@@ -418,7 +420,7 @@ def test_same_seed_same_view_and_omega_different_seed_differs():
 def test_sampling_statistics():
     n = 3000
     image = tf.constant(random_image(40, 30, 3, 80))
-    config = AugmentConfig(image_size=16, rotation_prob=0.5, solarize_prob=0.5)
+    config = AugmentConfig(image_size=16, probabilities=dict(rotation_prob=0.5, solarize_prob=0.5))
 
     def one(i):
         view, omega = augment_view(image, tf.stack([i, tf.constant(123, tf.int64)]), config)
@@ -527,7 +529,8 @@ def test_crop_target_matches_displayed_geometry():
     size, big = 32, 64
     image = np.zeros((big, big, 3), np.uint8)
     image[:, 22:28] = 255  # full-height stripe, off-centre
-    config = AugmentConfig(image_size=size, crop_scale=(0.5, 0.9), **{**OFF, "flip_prob": 0.5})
+    config = AugmentConfig(image_size=size, crop_min_scale=0.5, crop_max_scale=0.9,
+                           probabilities={**OFF, "flip_prob": 0.5})
 
     def stripe_x(view):  # displayed x of the stripe's centre of mass, as a fraction of the view width
         m = view[..., 0].sum(0)
@@ -628,7 +631,7 @@ def test_losses_and_metrics_match_numpy():
 
 def test_loss_on_pipeline_targets_is_well_formed():
     image = tf.constant(random_image(24, 24))
-    config = AugmentConfig(image_size=16, rotation_prob=0.5, solarize_prob=0.5)
+    config = AugmentConfig(image_size=16, probabilities=dict(rotation_prob=0.5, solarize_prob=0.5))
     pairs = [augment_view(image, tf.constant([i, j], tf.int64), config)[1] for i in range(3) for j in (0, 1)]
     o1 = {k: tf.stack([pairs[2 * i][k] for i in range(3)]) for k in AUGSELF_CHOICES}
     o2 = {k: tf.stack([pairs[2 * i + 1][k] for i in range(3)]) for k in AUGSELF_CHOICES}
@@ -659,20 +662,24 @@ def test_parse_augself():
     [
         dict(image_size=0),
         dict(image_size=9.5),
-        dict(crop_scale=(0.0, 1.0)),
-        dict(crop_scale=(0.8, 0.2)),
-        dict(crop_scale=(0.2, 1.5)),
+        dict(crop_min_scale=0.0),
+        dict(crop_min_scale=0.8, crop_max_scale=0.2),
+        dict(crop_max_scale=1.5),
+        dict(color_strength=-1.0),
+        dict(color_strength=float("inf")),
+        dict(color_strength=True),
         dict(crop_ratio=(4 / 3, 3 / 4)),
         dict(crop_ratio=(-1.0, 1.0)),
-        dict(flip_prob=1.5),
-        dict(jitter_prob=-0.1),
-        dict(gray_prob=2),
-        dict(blur_prob=None),
-        dict(rotation_prob=-1.0),
-        dict(solarize_prob=1.01),
-        dict(jitter_strength=(0.4, 0.4, 0.4)),
-        dict(jitter_strength=(0.4, -0.4, 0.4, 0.1)),
-        dict(jitter_strength=(0.4, 0.4, 0.4, 0.6)),
+        dict(probabilities={"flip_prob": 1.5}),
+        dict(probabilities={"jitter_prob": -0.1}),
+        dict(probabilities={"gray_prob": 2}),
+        dict(probabilities={"blur_prob": None}),
+        dict(probabilities={"rotation_prob": -1.0}),
+        dict(probabilities={"solarize_prob": 1.01}),
+        dict(probabilities={"hue_prob": 0.5}),
+        dict(jitter_base=(0.4, 0.4, 0.4)),
+        dict(jitter_base=(0.4, -0.4, 0.4, 0.1)),
+        dict(jitter_base=(0.4, 0.4, 0.4, 0.6)),
         dict(blur_sigma=(0.0, 2.0)),
         dict(blur_sigma=(2.0, 0.1)),
     ],
@@ -682,9 +689,23 @@ def test_config_validation(kwargs):
         AugmentConfig(**kwargs)
 
 
+@pytest.mark.parametrize("s", [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 6.0, 0.1 + 0.2])
+def test_jitter_strengths_and_crop_scale_derive_from_the_flags_bit_for_bit(s):
+    """The derived values are the products the flag path computed before color_strength was a field."""
+    config = AugmentConfig(color_strength=s, crop_min_scale=0.08)
+    assert config.jitter_strength == (0.4 * s, 0.4 * s, 0.4 * s, min(0.1 * s, 0.5))
+    assert config.crop_scale == (0.08, 1.0)
+
+
 def test_config_normalises_and_hashes():
-    config = AugmentConfig(crop_scale=[0.3, 1], jitter_strength=[0.4, 0.4, 0.4, 0.1], flip_prob=1)
-    assert config.crop_scale == (0.3, 1.0) and isinstance(config.jitter_strength, tuple)
-    assert hash(config) == hash(AugmentConfig(crop_scale=(0.3, 1.0), flip_prob=1.0))
-    with pytest.raises(ValueError):
-        config.with_color_strength(-1)
+    config = AugmentConfig(crop_min_scale=0.3, crop_max_scale=1, jitter_base=[0.4, 0.4, 0.4, 0.1],
+                           probabilities={"flip_prob": 1})
+    assert config.crop_scale == (0.3, 1.0) and isinstance(config.jitter_base, tuple)
+    assert hash(config) == hash(AugmentConfig(crop_min_scale=0.3, probabilities={"flip_prob": 1.0}))
+    assert config == AugmentConfig(crop_min_scale=0.3, probabilities={"flip_prob": 1.0})
+    # One mapping, filled from the registry's declared defaults: the paper's probabilities.
+    assert dict(AugmentConfig().probabilities) == {"flip_prob": 0.5, "jitter_prob": 0.8, "solarize_prob": 0.0,
+                                                   "gray_prob": 0.2, "blur_prob": 0.5, "rotation_prob": 0.0}
+    assert config.probability("flip_prob") == 1.0 and config.probability("gray_prob") == 0.2
+    with pytest.raises(KeyError, match="no augmentation has a probability named 'hue_prob'"):
+        config.probability("hue_prob")

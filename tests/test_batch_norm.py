@@ -84,3 +84,54 @@ def test_moving_statistics_are_pytorchs(shape):
     # Inference uses those statistics.
     x = rng.normal(size=shape).astype(np.float32)
     np.testing.assert_allclose(bn(x, training=False).numpy(), (x - mean) / np.sqrt(var + 1e-5), rtol=1e-4, atol=1e-5)
+
+
+def _step(bn: BatchNorm, x: np.ndarray, w: np.ndarray):
+    with tf.GradientTape() as tape:
+        xs = tf.constant(x)
+        tape.watch(xs)
+        y = bn(xs, training=True)
+        loss = tf.reduce_sum(tf.square(tf.cast(y, tf.float32) * w))
+    grads = tape.gradient(loss, [xs, *bn.trainable_weights])
+    return [t.numpy().astype(np.float32) for t in (y, *grads, bn.moving_mean, bn.moving_variance)]
+
+
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("shape", [(8, 5), (4, 3, 3, 6)])
+def test_fused_kernel_equals_the_composite_computation(shape, affine, monkeypatch):
+    """The fused kernel (what one device trains with) gives the outputs, gradients and moving statistics of
+    the moments-based computation the synchronized path uses; and it is the kernel that runs."""
+    rng = np.random.default_rng(2)
+    x = (rng.normal(size=shape) * 2 + 1).astype(np.float32)
+    w = rng.normal(size=shape).astype(np.float32)
+
+    def make():
+        bn = BatchNorm(momentum=0.9, epsilon=1e-5, center=affine, scale=affine)
+        bn.build(shape)
+        if affine:
+            bn.gamma.assign(np.linspace(0.5, 1.5, shape[-1]).astype(np.float32))
+            bn.beta.assign(np.linspace(-1, 1, shape[-1]).astype(np.float32))
+        return bn
+
+    fused = _step(make(), x, w)
+    traced = make()
+    graph = tf.function(lambda t: traced(t, training=True)).get_concrete_function(tf.TensorSpec(shape)).graph
+    assert "FusedBatchNormV3" in {op.type for op in graph.get_operations()}
+    monkeypatch.setattr(BatchNorm, "_fusable", lambda self, inputs: False)
+    composite = _step(make(), x, w)
+    for a, b in zip(fused, composite, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_fused_kernel_under_bfloat16_keeps_float32_statistics():
+    """A bfloat16 input is normalised in bfloat16 with float32 statistics, close to the float32 result."""
+    rng = np.random.default_rng(3)
+    x = (rng.normal(size=(4, 5, 5, 8)) * 2 + 1).astype(np.float32)
+    w = rng.normal(size=x.shape).astype(np.float32)
+    f32 = BatchNorm(momentum=0.9)
+    bf16 = BatchNorm(momentum=0.9, dtype="mixed_bfloat16")
+    ref, low = _step(f32, x, w), _step(bf16, x.astype(np.float32), w)
+    assert bf16(tf.constant(x), training=True).dtype == tf.bfloat16
+    assert bf16.moving_variance.dtype == tf.float32
+    np.testing.assert_allclose(low[0], ref[0], atol=0.05)  # bfloat16 has 8 bits of mantissa
+    np.testing.assert_allclose(low[-2:], ref[-2:], rtol=1e-2)

@@ -104,7 +104,7 @@ def test_the_view_is_rebuilt_from_the_image_and_its_description():
     """Crop, flip, colour factors, grayscale and σ from the description rebuild the view; the colour shift
     is the mean of the pre-jitter image minus that of the jittered one (the reference's color_diff)."""
     image = random_image(30, 40, 3, 5)
-    config = AugmentConfig(image_size=24, jitter_prob=0.7, gray_prob=0.4, blur_prob=0.6)
+    config = AugmentConfig(image_size=24, probabilities=dict(jitter_prob=0.7, gray_prob=0.4, blur_prob=0.6))
     assert config.blur_kernel_size == 3  # a real blur at 24 px
     conditioning = Conditioning.create(list(REFERENCE_SIZES))
     seen = set()
@@ -261,7 +261,7 @@ def test_a_conditioned_run_with_augself_in_device_mode_exports_the_backbone_alon
         "moco_augself_crop_color_condition_crop_color_color_diff_blur_grayscale")
 
 
-def test_a_method_that_conditions_no_head_is_refused(monkeypatch):
+def test_a_method_that_conditions_no_head_is_refused():
     with pytest.raises(ValueError, match="method 'none' conditions no head"):
         build("none", condition=("crop",))
     # docs/architecture.md's "Adding a method" example wraps its projector: conditioning then just works.
@@ -269,8 +269,8 @@ def test_a_method_that_conditions_no_head_is_refused(monkeypatch):
 
     from augself_tf.methods import METHODS
 
-    monkeypatch.setitem(METHODS, "mymethod", MyMethod)
-    model = build("mymethod", condition=("crop", "flip"), condition_width=4, condition_depth=1)
+    with METHODS.registered("mymethod", MyMethod):
+        model = build("mymethod", condition=("crop", "flip"), condition_width=4, condition_depth=1)
     assert isinstance(model.projector, ConditionedHead) and model.head_input_dim == model.feature_dim + 5
     compile_model(model)
     assert np.isfinite(run_steps(model, [batch(3)])[0]["loss/method"])

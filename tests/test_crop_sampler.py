@@ -1,7 +1,7 @@
 """RandomResizedCrop's box must be drawn from torchvision's distribution (``RandomResizedCrop.get_params``).
 
 An independent NumPy implementation of torchvision's sampler is the reference; the TF sampler (the crop
-step of the registry, ω = (cy, cx, h, w) as fractions of the original image) is compared with it by
+step (augment/geometric.py), ω = (cy, cx, h, w) as fractions of the original image) is compared with it by
 two-sample Kolmogorov-Smirnov tests on the area fraction, the log aspect ratio and the offsets, and the
 fallback (no box fits in 10 attempts -> clamped centre crop) is checked exactly.
 """
@@ -15,7 +15,9 @@ import pytest
 import tensorflow as tf
 from scipy import stats
 
-from augself_tf.augment import AugmentConfig, registry
+from augself_tf.augment import AugmentConfig
+from augself_tf.augment.crop_sampler import crop_box
+from augself_tf.augment.geometric import CROP
 
 N_TF = 4000  # draws of the TF sampler per image shape
 N_NP = 40000  # draws of the NumPy reference (cheap; a large reference sample reduces the noise)
@@ -77,7 +79,7 @@ def tf_crop_omegas(height: int, width: int, config: AugmentConfig, n: int, salt:
     image = tf.zeros([height, width, 3], tf.float32)
 
     def one(k):
-        _, omega = registry.CROP.apply(image, tf.stack([k, tf.constant(salt, tf.int64)]), config)
+        _, omega = CROP.apply(image, tf.stack([k, tf.constant(salt, tf.int64)]), config)
         return omega
 
     ds = tf.data.Dataset.range(n).map(one, num_parallel_calls=tf.data.AUTOTUNE).batch(n)
@@ -194,7 +196,7 @@ def test_square_image_mean_area_matches_torchvision():
 
 
 def crop_omega(height: int, width: int, config: AugmentConfig, seed=(3, 4)) -> np.ndarray:
-    _, omega = registry.CROP.apply(tf.zeros([height, width, 3]), tf.constant(seed, tf.int64), config)
+    _, omega = CROP.apply(tf.zeros([height, width, 3]), tf.constant(seed, tf.int64), config)
     return omega.numpy()
 
 
@@ -217,7 +219,7 @@ def expected_omega(height: int, width: int, i: int, j: int, h: int, w: int) -> l
     ids=["wide", "tall", "half-to-even", "non-square-identity-ratio"],
 )
 def test_fallback_is_torchvisions_clamped_centre_crop(height, width, scale, ratio, box):
-    config = AugmentConfig(image_size=8, crop_scale=scale, crop_ratio=ratio)
+    config = AugmentConfig(image_size=8, crop_min_scale=scale[0], crop_max_scale=scale[1], crop_ratio=ratio)
     np_box = np_get_params(np.random.default_rng(1), height, width, scale, ratio, 50)
     np.testing.assert_array_equal(np_box, np.tile(box, (50, 1)))  # the reference agrees
     for seed in [(0, 0), (3, 4), (12345, 678)]:
@@ -228,7 +230,7 @@ def test_fallback_whole_image_when_the_input_ratio_is_in_range():
     # Target areas of 1.5-2x the image never fit; the input ratio 36/30 is inside [3/4, 4/3] -> whole image.
     scale, ratio = (1.5, 2.0), (3 / 4, 4 / 3)
     for seed in [(5, 6), (0, 1)]:
-        offset, size = registry.crop_box(tf.constant(30), tf.constant(36), tf.constant(seed, tf.int64), scale, ratio)
+        offset, size = crop_box(tf.constant(30), tf.constant(36), tf.constant(seed, tf.int64), scale, ratio)
         np.testing.assert_array_equal(offset.numpy(), [0, 0])
         np.testing.assert_array_equal(size.numpy(), [30, 36])
     np_boxes = np_get_params(np.random.default_rng(2), 30, 36, scale, ratio, 5)
@@ -243,6 +245,6 @@ def test_sampler_is_deterministic_per_seed_and_graph_safe():
 
     @tf.function(input_signature=[tf.TensorSpec([None, None, 3], tf.float32), tf.TensorSpec([2], tf.int64)])
     def traced(image, seed):
-        return registry.CROP.apply(image, seed, config)[1]
+        return CROP.apply(image, seed, config)[1]
 
     np.testing.assert_array_equal(traced(tf.zeros([64, 160, 3]), tf.constant([9, 9], tf.int64)).numpy(), a)

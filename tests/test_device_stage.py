@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 from augself_tf.augment import AugmentConfig, augment_view, augment_view_for_device, finish_views, ops, registry
+from augself_tf.augment.steps import DEVICE, HOST, Augmentation, Descriptor, Measurement, Probability, tanh_mse
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source
 from augself_tf.training.loop import TrainConfig, train
@@ -61,7 +62,7 @@ def _both_modes(config: AugmentConfig, salt: int) -> tuple[np.ndarray, np.ndarra
              "omega1": _stack(omega_d), "omega2": _stack(omega_d)}
     finished = finish_views(batch, config)
     assert finished["view1"].dtype == tf.float32
-    measured = {m.name for s in registry.PIPELINE if s.stage == registry.DEVICE for m in s.measurements}
+    measured = {m.name for s in registry.PIPELINE if s.stage == DEVICE for m in s.measurements}
     assert set(finished["omega1"]) == set(batch["omega1"]) | measured and measured
     omega_d = [{k: v[i] for k, v in finished["omega1"].items()} for i in range(len(IMAGES))]
     return np.stack(host), finished["view1"].numpy(), omega_h, omega_d, params
@@ -70,11 +71,11 @@ def _both_modes(config: AugmentConfig, salt: int) -> tuple[np.ndarray, np.ndarra
 @pytest.mark.parametrize(
     "name, config",
     [
-        ("every op on", AugmentConfig(image_size=40, **ON)),
-        ("every op on, grayscale too", AugmentConfig(image_size=40, **{**ON, "gray_prob": 1.0})),
-        ("every op off", AugmentConfig(image_size=40, **OFF)),
+        ("every op on", AugmentConfig(image_size=40, probabilities=ON)),
+        ("every op on, grayscale too", AugmentConfig(image_size=40, probabilities={**ON, "gray_prob": 1.0})),
+        ("every op off", AugmentConfig(image_size=40, probabilities=OFF)),
         ("the paper's probabilities", AugmentConfig(image_size=40)),
-        ("the paper's, 96 px (9-tap blur), strong colour", AugmentConfig(image_size=96).with_color_strength(1.5)),
+        ("the paper's, 96 px (9-tap blur), strong colour", AugmentConfig(image_size=96, color_strength=1.5)),
     ],
 )
 def test_device_stage_equals_host_pipeline_on_real_images(name, config):
@@ -88,13 +89,13 @@ def test_device_stage_equals_host_pipeline_on_real_images(name, config):
                 np.testing.assert_allclose(a[key].numpy(), b[key].numpy(), atol=2e-3, err_msg=key)
             else:  # drawn: identical
                 np.testing.assert_array_equal(a[key].numpy(), b[key].numpy(), err_msg=key)
-    if config.jitter_prob == 1.0:  # the batch mixes jitter orders: each example must get its own
+    if config.probability("jitter_prob") == 1.0:  # the batch mixes jitter orders: each example must get its own
         assert len({tuple(o) for o in params["color"]["order"].numpy()}) >= 5
 
 
 def test_rounding_is_the_only_difference_without_thresholds():
     """With solarization off, nothing can amplify the uint8 rounding: each pixel within a few 1/255 steps."""
-    config = AugmentConfig(image_size=40, **{**ON, "solarize_prob": 0.0})
+    config = AugmentConfig(image_size=40, probabilities={**ON, "solarize_prob": 0.0})
     host, device, *_ = _both_modes(config, salt=7)
     assert np.abs(device - host).max() <= 4 / 255
 
@@ -117,7 +118,7 @@ def test_device_mode_dataset_ships_uint8_and_the_same_omega():
     dev = next(iter(make_pair_dataset(source, config, seed=3, batch_size=8, num_epochs=1, photometric="device")))
     assert dev["view1"].dtype == tf.uint8 and host["view1"].dtype == tf.float32
     assert set(dev) == set(host) | {"device1", "device2"}
-    assert set(dev["device1"]) == {s.name for s in registry.PIPELINE if s.stage == registry.DEVICE}
+    assert set(dev["device1"]) == {s.name for s in registry.PIPELINE if s.stage == DEVICE}
     finished = finish_views(dev, config)
     for view in ("omega1", "omega2"):
         assert set(dev[view]) == set(host[view]) - {"color_diff"}  # measured by finish_views, on the device
@@ -218,22 +219,19 @@ def _shift_omega(params, config):
     return tf.reshape(tf.where(params["applied"], params["delta"] / SHIFT, 0.0), [1])
 
 
-TOY = registry.Augmentation(
-    name="shift", seed_slot=40, sample=_sample_shift, transform=_shift, stage=registry.DEVICE,
+TOY = Augmentation(
+    name="shift", seed_slot=40, sample=_sample_shift, transform=_shift, stage=DEVICE,
     transform_batch=_shift_batch, omega=_shift_omega, omega_dim=1,
-    probability=registry.Probability("shift_prob", 0.5, "Brightness-shift probability."),
-    head_dim=1, target=lambda o1, o2: o1["shift"] - o2["shift"], loss=registry.tanh_mse, metric=registry.tanh_mse,
-    descriptors=(registry.Descriptor("shift", 1, lambda omega, config: omega["shift"] * SHIFT),),  # δ itself
+    probability=Probability("shift_prob", 0.5, "Brightness-shift probability."),
+    head_dim=1, target=lambda o1, o2: o1["shift"] - o2["shift"], loss=tanh_mse, metric=tanh_mse,
+    descriptors=(Descriptor("shift", 1, lambda omega, config: omega["shift"] * SHIFT),),  # δ itself
 )
 
 
 @pytest.fixture
 def toy_registered():
-    registry.register(TOY, after="color")
-    try:
+    with registry.registered(TOY, after="color"):
         yield
-    finally:
-        registry.unregister("shift")
     assert "shift" not in registry.AUGMENTATIONS
 
 
@@ -241,10 +239,10 @@ def test_a_toy_augmentation_is_one_entry_predicted_and_trained(toy_registered, t
     assert [s.name for s in registry.PIPELINE][:4] == ["crop", "flip", "color", "shift"]
     assert "shift" in registry.AUGSELF_CHOICES and registry.parse_augself("crop,shift") == ("crop", "shift")
     assert "shift" in registry.CONDITION_CHOICES and registry.parse_condition("shift,crop") == ("shift", "crop")
-    config = AugmentConfig(image_size=16, probabilities=(("shift_prob", 1.0),))
+    config = AugmentConfig(image_size=16, probabilities={"shift_prob": 1.0})
     assert config.probability("shift_prob") == 1.0 and AugmentConfig().probability("shift_prob") == 0.5
     with pytest.raises(ValueError, match="shift_prob must be a probability"):
-        AugmentConfig(probabilities=(("shift_prob", 1.5),))
+        AugmentConfig(probabilities={"shift_prob": 1.5})
     # ω travels from tf.data, the device stage applies it, and the two modes agree on real images.
     host, device, omega_h, _, _ = _both_modes(dataclasses.replace(config, image_size=32), salt=11)
     assert np.abs(device - host).mean() <= 2e-3
@@ -267,13 +265,23 @@ def test_register_rejects_what_would_break_the_contract():
     with pytest.raises(ValueError, match="unique names and seed slots"):
         registry.register(dataclasses.replace(TOY, seed_slot=2), after="color")
     with pytest.raises(ValueError, match="descriptors must have unique names"):
-        registry.register(dataclasses.replace(TOY, descriptors=(registry.Descriptor("crop", 1, None),)), after="color")
+        registry.register(dataclasses.replace(TOY, descriptors=(Descriptor("crop", 1, None),)), after="color")
     with pytest.raises(ValueError, match="measurements must have names distinct"):
-        registry.register(dataclasses.replace(TOY, measurements=(registry.Measurement("flip", 1, None),)),
+        registry.register(dataclasses.replace(TOY, measurements=(Measurement("flip", 1, None),)),
                           after="color")
     with pytest.raises(ValueError, match="does not commute"):
-        registry.register(dataclasses.replace(TOY, stage=registry.HOST), after="blur")
+        registry.register(dataclasses.replace(TOY, stage=HOST), after="blur")
     with pytest.raises(ValueError, match="unknown step"):
         registry.register(TOY, after="nothing")
+    with pytest.raises(ValueError, match="probability knobs must have unique names"):
+        registry.register(dataclasses.replace(TOY, probability=Probability("flip_prob", 0.5, "x")), after="color")
+    # A taken name is refused in one line, also while a test has registered its own step temporarily.
+    with pytest.raises(ValueError, match=r"^augmentation step 'color' is already registered; choose another name$"):
+        registry.register(dataclasses.replace(TOY, name="color", seed_slot=41), after="blur")
+    with registry.registered(TOY, after="color"), pytest.raises(ValueError, match="'shift' is already registered"):
+        registry.register(dataclasses.replace(TOY, seed_slot=41), after="blur")
+    assert "shift" not in registry.AUGMENTATIONS and "shift_prob" not in AugmentConfig().probabilities
+    with pytest.raises(TypeError):
+        registry.AUGMENTATIONS["shift"] = TOY  # published read-only: steps are added with register
     assert [s.name for s in registry.PIPELINE] == ["crop", "flip", "color", "solarize", "grayscale", "blur",
                                                      "rotation"]

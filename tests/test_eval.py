@@ -14,20 +14,20 @@ import tensorflow as tf
 from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
+from augself_tf.data import eval_view
 from augself_tf.evaluation import (
-    fewshot,
+    box_regression,
+    fewshot_episodes,
     intervals,
-    localization,
     logreg,
+    neighbours,
     newton_logreg,
-    preprocessing,
     report,
-    retrieval,
+    transforms,
 )
-from augself_tf.evaluation.datasets import dataset_key, split_train_val, val_fraction
+from augself_tf.evaluation.datasets import split_train_val
 from augself_tf.evaluation.errors import EvalError
 from augself_tf.evaluation.loading import load_model
-from augself_tf.evaluation.protocols.linear import metric_for_dataset
 
 
 def blobs(n: int, d: int, k: int, seed: int = 0, spread: float = 1.5) -> tuple[np.ndarray, np.ndarray]:
@@ -104,10 +104,6 @@ def test_linear_eval_sweep_and_refit():
 def test_reg_grid_and_metrics():
     assert len(logreg.REG_GRID) == 45
     assert logreg.REG_GRID[0] == pytest.approx(1e-6) and logreg.REG_GRID[-1] == pytest.approx(1e5)
-    assert metric_for_dataset("oxford_iiit_pet") == "mean_per_class"
-    assert metric_for_dataset("folder:/data/aircraft") == "mean_per_class"
-    assert metric_for_dataset("cifar10") == "top1"
-    assert metric_for_dataset("cifar10", "mean_per_class") == "mean_per_class"
     y_true = np.array([0, 0, 0, 0, 1, 1])
     y_pred = np.array([0, 0, 0, 0, 0, 1])
     assert logreg.top1_accuracy(y_true, y_pred) == pytest.approx(5 / 6)
@@ -125,16 +121,16 @@ def test_confidence_interval_matches_independent_formula():
 
 def test_fewshot_eval_reports_mean_and_ci_of_episodes():
     x, y = blobs(400, 16, 8, seed=5)
-    res = fewshot.fewshot_eval(x, y, ways=5, shots=2, queries=4, episodes=60, seed=1)
+    res = fewshot_episodes.fewshot_eval(x, y, ways=5, shots=2, queries=4, episodes=60, seed=1)
     assert res.mean == pytest.approx(statistics.fmean(res.accuracies.tolist()))
     assert res.ci95 == pytest.approx(1.96 * statistics.pstdev(res.accuracies.tolist()) / math.sqrt(60))
-    again = fewshot.fewshot_eval(x, y, ways=5, shots=2, queries=4, episodes=60, seed=1)
+    again = fewshot_episodes.fewshot_eval(x, y, ways=5, shots=2, queries=4, episodes=60, seed=1)
     assert again.mean == res.mean  # fixed seed -> same episodes
 
 
 def test_batched_newton_matches_sklearn_logistic_regression():
     x, y = blobs(300, 40, 10, seed=6)
-    eps = fewshot.sample_episodes(y, ways=5, shots=5, queries=6, episodes=6, seed=0)
+    eps = fewshot_episodes.sample_episodes(y, ways=5, shots=5, queries=6, episodes=6, seed=0)
     xs = x[eps.support].astype(np.float64)
     xq = x[eps.query].astype(np.float64)
     fs, fq, proj = newton_logreg.episode_basis(xs, xq)
@@ -144,14 +140,14 @@ def test_batched_newton_matches_sklearn_logistic_regression():
         for e in range(len(xs)):
             sk = LogisticRegression(C=1.0, tol=1e-10, max_iter=20000).fit(xs[e], eps.support_labels)
             np.testing.assert_allclose(coef[e], sk.coef_.T, atol=1e-4 * (1 + np.abs(sk.coef_).max()))
-    ours = fewshot.episode_accuracies(x, eps)
-    ref = fewshot.episode_accuracies(x, eps, solver="sklearn")
+    ours = fewshot_episodes.episode_accuracies(x, eps)
+    ref = fewshot_episodes.episode_accuracies(x, eps, solver="sklearn")
     np.testing.assert_allclose(ours, ref)
 
 
 def test_episode_sampler_shapes_and_rules():
     y = np.repeat(np.arange(6), [10, 10, 10, 10, 3, 1])  # class 5 has 1 image: never drawn for 1-shot
-    eps = fewshot.sample_episodes(y, ways=5, shots=1, queries=4, episodes=40, seed=3)
+    eps = fewshot_episodes.sample_episodes(y, ways=5, shots=1, queries=4, episodes=40, seed=3)
     assert eps.support.shape == (40, 5) and eps.query.shape == (40, 20)
     for e in range(40):
         assert len(set(eps.classes[e])) == 5 and 5 not in eps.classes[e]
@@ -159,9 +155,9 @@ def test_episode_sampler_shapes_and_rules():
         assert np.all(y[eps.query[e]] == np.repeat(eps.classes[e], 4))
         assert not set(eps.support[e]) & set(eps.query[e])  # queries never reuse a support image
     with pytest.raises(EvalError, match="5 classes with at least 2 images"):
-        fewshot.sample_episodes(np.repeat(np.arange(4), 10), ways=5, shots=1, queries=1, episodes=1)
+        fewshot_episodes.sample_episodes(np.repeat(np.arange(4), 10), ways=5, shots=1, queries=1, episodes=1)
     with pytest.raises(EvalError, match="at least 6 images"):
-        fewshot.sample_episodes(np.repeat(np.arange(8), 5), ways=5, shots=5, queries=1, episodes=1)
+        fewshot_episodes.sample_episodes(np.repeat(np.arange(8), 5), ways=5, shots=5, queries=1, episodes=1)
 
 
 # ---------------------------------------------------------------------------------------------- localization
@@ -173,25 +169,25 @@ def test_localization_oracle_features_give_near_zero_error():
     h, w = rng.uniform(0.1, 0.5, size=(2, 200))
     boxes = np.stack([y0, x0, y0 + h, x0 + w], axis=1)
     feats = np.concatenate([boxes, rng.normal(size=(200, 3))], axis=1)  # box + nuisance dims
-    res = localization.localization_eval(feats[:150], boxes[:150], feats[150:], boxes[150:])
+    res = box_regression.localization_eval(feats[:150], boxes[:150], feats[150:], boxes[150:])
     assert res.mse < 1e-12 and res.mean_iou > 0.999
     noise = rng.normal(size=(200, 5))
-    noisy = localization.localization_eval(noise[:150], boxes[:150], noise[150:], boxes[150:])
+    noisy = box_regression.localization_eval(noise[:150], boxes[:150], noise[150:], boxes[150:])
     assert noisy.mse > 1e-3
     assert noisy.mean_sq_l2 == pytest.approx(4 * noisy.mse)
 
 
 def test_box_conversions_and_nan_rows():
     yxyx = np.array([[0.1, 0.2, 0.5, 0.9]])
-    np.testing.assert_allclose(localization.yxyx_to_xywh(yxyx), [[0.2, 0.1, 0.7, 0.4]])
-    assert localization.box_iou_xywh(np.array([[0, 0, 0.5, 0.5]]), np.array([[0.25, 0, 0.5, 0.5]]))[0] == (
+    np.testing.assert_allclose(box_regression.yxyx_to_xywh(yxyx), [[0.2, 0.1, 0.7, 0.4]])
+    assert box_regression.box_iou_xywh(np.array([[0, 0, 0.5, 0.5]]), np.array([[0.25, 0, 0.5, 0.5]]))[0] == (
         pytest.approx(1 / 3)
     )
     boxes = np.array([[0.1, 0.1, 0.5, 0.5], [np.nan] * 4, [0.2, 0.2, 0.6, 0.7], [0.0, 0.1, 0.3, 0.3]])
-    res = localization.localization_eval(boxes, boxes, boxes, boxes)
+    res = box_regression.localization_eval(boxes, boxes, boxes, boxes)
     assert res.n_train == 3 and list(res.test_rows) == [0, 2, 3]
     with pytest.raises(EvalError, match="needs boxes"):
-        localization.localization_eval(boxes[:2], np.full((2, 4), np.nan), boxes, boxes)
+        box_regression.localization_eval(boxes[:2], np.full((2, 4), np.nan), boxes, boxes)
 
 
 # ---------------------------------------------------------------------------------------------- retrieval
@@ -199,14 +195,14 @@ def test_box_conversions_and_nan_rows():
 
 def test_cosine_neighbours_exclude_self_and_rank_by_angle():
     feats = np.array([[1, 0], [2, 0.1], [0, 1], [0.1, 3], [-1, 0]], np.float32)
-    nn = retrieval.cosine_neighbours(feats, np.arange(5), k=2)
+    nn = neighbours.cosine_neighbours(feats, np.arange(5), k=2)
     assert list(nn[0]) == [1, 3]  # scale does not matter, self excluded
     assert list(nn[2]) == [3, 1]
-    res = retrieval.retrieval_eval(feats, np.array([0, 0, 1, 1, 2]), k=1, num_queries=3)
+    res = neighbours.retrieval_eval(feats, np.array([0, 0, 1, 1, 2]), k=1, num_queries=3)
     assert res.precision == pytest.approx(4 / 5)
     assert len(res.shown_queries) == 3 and res.shown_neighbours.shape == (3, 1)
     with pytest.raises(EvalError):
-        retrieval.cosine_neighbours(feats, np.arange(5), k=5)
+        neighbours.cosine_neighbours(feats, np.arange(5), k=5)
 
 
 # ---------------------------------------------------------------------------------------------- features
@@ -215,34 +211,34 @@ def test_cosine_neighbours_exclude_self_and_rank_by_angle():
 def test_preprocess_resizes_shorter_side_and_centre_crops():
     img = np.zeros((40, 80, 3), np.uint8)
     img[:, 30:50] = 255  # bright band around the centre column
-    out = preprocessing.preprocess(tf.constant(img), 32).numpy()
+    out = eval_view.preprocess(tf.constant(img), 32).numpy()
     assert out.shape == (32, 32, 3) and out.dtype == np.float32
     assert 0.0 <= out.min() and out.max() <= 1.0
     # 40x80 -> 32x64, crop columns 16..48: the band (cols 24..40 after resize) sits in the middle
     assert out[:, 14:18].mean() > 0.9 and out[:, :4].mean() < 0.05
-    gray = preprocessing.preprocess(tf.zeros((10, 10), tf.uint8), 8)
+    gray = eval_view.preprocess(tf.zeros((10, 10), tf.uint8), 8)
     assert gray.shape == (8, 8, 3)
 
 
 def test_bbox_to_crop_frame():
     # 40x80 image -> 32x64, crop x in [16, 48) of the resized image = [0.25, 0.75) of the original width
     box = tf.constant([0.0, 0.25, 1.0, 0.75])
-    np.testing.assert_allclose(preprocessing.bbox_to_crop_frame(box, 40, 80, 32).numpy(), [0, 0, 1, 1], atol=1e-6)
+    np.testing.assert_allclose(eval_view.bbox_to_crop_frame(box, 40, 80, 32).numpy(), [0, 0, 1, 1], atol=1e-6)
     box = tf.constant([0.5, 0.5, 1.0, 1.0])
-    np.testing.assert_allclose(preprocessing.bbox_to_crop_frame(box, 40, 80, 32).numpy(), [0.5, 0.5, 1, 1], atol=1e-6)
+    np.testing.assert_allclose(eval_view.bbox_to_crop_frame(box, 40, 80, 32).numpy(), [0.5, 0.5, 1, 1], atol=1e-6)
     box = tf.constant([0.0, 0.0, 1.0, 0.2])  # left of the crop: clipped to an empty box at x = 0
-    np.testing.assert_allclose(preprocessing.bbox_to_crop_frame(box, 40, 80, 32).numpy(), [0, 0, 1, 0], atol=1e-6)
-    missing = preprocessing.bbox_to_crop_frame(tf.fill([4], float("nan")), 40, 80, 32).numpy()
+    np.testing.assert_allclose(eval_view.bbox_to_crop_frame(box, 40, 80, 32).numpy(), [0, 0, 1, 0], atol=1e-6)
+    missing = eval_view.bbox_to_crop_frame(tf.fill([4], float("nan")), 40, 80, 32).numpy()
     assert np.isnan(missing).all()
 
 
 def test_transforms():
     img = tf.reshape(tf.range(2 * 2 * 3, dtype=tf.float32), [2, 2, 3])
-    np.testing.assert_array_equal(preprocessing.CHANNEL_ORDERS[5](img).numpy(), img.numpy()[..., ::-1])
-    np.testing.assert_array_equal(preprocessing.ROTATIONS[2](img).numpy(), img.numpy()[::-1, ::-1])
-    assert [t.name for t in preprocessing.ROTATIONS] == ["rot0", "rot1", "rot2", "rot3"]
-    assert [t.name for t in preprocessing.CHANNEL_ORDERS] == [f"perm{i}" for i in range(6)]
-    assert len(set(preprocessing.CHANNEL_PERMUTATIONS)) == 6
+    np.testing.assert_array_equal(transforms.CHANNEL_ORDERS[5](img).numpy(), img.numpy()[..., ::-1])
+    np.testing.assert_array_equal(transforms.ROTATIONS[2](img).numpy(), img.numpy()[::-1, ::-1])
+    assert [t.name for t in transforms.ROTATIONS] == ["rot0", "rot1", "rot2", "rot3"]
+    assert [t.name for t in transforms.CHANNEL_ORDERS] == [f"perm{i}" for i in range(6)]
+    assert len(set(eval_view.CHANNEL_PERMUTATIONS)) == 6
 
 
 def test_load_model_errors(tmp_path):
@@ -299,12 +295,7 @@ def test_load_model_fixed_size_and_single_output(tmp_path):
 # ---------------------------------------------------------------------------------------------- datasets, report
 
 
-def test_dataset_keys_and_val_fraction():
-    assert dataset_key("folder:/data/MIT67/") == "mit67"
-    assert dataset_key("tfds:cifar10:3.0.2") == "cifar10"
-    assert dataset_key("imagenet2012_subset/10pct") == "imagenet2012_subset"
-    assert val_fraction("cifar10") == pytest.approx(0.1)
-    assert val_fraction("oxford_iiit_pet") == pytest.approx(740 / 3680)
+def test_split_train_val():
     tr, va = split_train_val(50, 0.1, seed=0)
     assert len(va) == 5 and len(tr) == 45 and not set(tr) & set(va)
     tr2, va2 = split_train_val(50, 0.1, seed=0)

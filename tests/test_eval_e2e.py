@@ -209,18 +209,3 @@ def test_eval_main_bad_inputs_exit_2_with_one_line(models, tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     lines = _error_lines(proc)
     assert len(lines) == 1 and "no 'serving_default' signature" in lines[0]
-
-
-def test_fc100_is_the_20_meta_test_classes_of_cifar100():
-    tfds = pytest.importorskip("tensorflow_datasets")
-    from augself_tf.data.sources import load_source
-    from augself_tf.evaluation.datasets import FC100_TEST_CLASSES, fewshot_split
-
-    assert len(FC100_TEST_CLASSES) == 20
-    with tfds.testing.mock_data(num_examples=300):
-        access = DataAccess()
-        assert fewshot_split(access, "fc100") == "all"
-        raw = [int(e["label"]) for e in load_source("cifar100", "train+test")]
-        fc = [int(e["label"]) for e in access.load("fc100", "all")]
-    order = sorted(FC100_TEST_CLASSES)
-    assert fc == [order.index(y) for y in raw if y in FC100_TEST_CLASSES]

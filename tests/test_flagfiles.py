@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import json
 import math
 import os
 import re
@@ -17,11 +18,16 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
+from absl import flags as absl_flags
 
-from augself_tf import train as train_program
+from augself_tf.augment import AugmentConfig
 from augself_tf.data import tfds_source
 from augself_tf.data.sources import imagenet100_wnids, load_source, source_info
+from augself_tf.flag_fields import flag_fields, help_text
+from augself_tf.methods import METHODS, method_options
+from augself_tf.training.hparams import run_hparams
 from augself_tf.training.loop import TrainConfig, train
+from augself_tf.training.train_config import config_from_flags, define_train_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGFILES = sorted(glob.glob(os.path.join(ROOT, "flags", "*.cfg")))
@@ -31,20 +37,29 @@ TOY = ["--dataset=shapes", "--split=train", "--width=0.0625", "--image_size=16",
        "--monitor=none"]  # one eager step: the online monitors (tests/test_monitors.py) would triple its time
 
 
+def train_flags() -> absl_flags.FlagValues:
+    """augself-train's flags, defined by the library on a FlagValues of their own."""
+    values = absl_flags.FlagValues()
+    define_train_flags(values, "augself-train")
+    return values
+
+
+def parse_argv(argv: list[str]) -> TrainConfig:
+    """augself-train's config for the command line ``argv`` (without the program name)."""
+    values = train_flags()
+    values(["augself-train", *argv])
+    return config_from_flags(values)
+
+
 def parse(name: str, *extra: str) -> TrainConfig:
     """augself-train's config for `--flagfile=flags/NAME.cfg EXTRA...` (later flags override the file)."""
-    flags = train_program.FLAGS
-    flags.unparse_flags()
-    try:
-        flags(["augself-train", f"--flagfile={os.path.join(ROOT, 'flags', name + '.cfg')}", *extra])
-        return train_program.config_from_flags()
-    finally:
-        flags.unparse_flags()
+    return parse_argv([f"--flagfile={os.path.join(ROOT, 'flags', name + '.cfg')}", *extra])
 
 
 def _signature(cfg: TrainConfig) -> TrainConfig:
     """The config with the values that cannot change what runs blanked out."""
-    augment = dataclasses.replace(cfg.augment, jitter_strength=(0.0, 0.0, 0.0, 0.0), gray_prob=0.0)
+    augment = dataclasses.replace(cfg.augment, color_strength=0.0,
+                                  probabilities={**cfg.augment.probabilities, "gray_prob": 0.0})
     return dataclasses.replace(cfg, model_dir="", augself_weight=0.0, augment=augment)
 
 
@@ -116,8 +131,8 @@ def test_flagfile_parses_into_the_paper_settings(name):
     np.testing.assert_allclose(cfg.augment.jitter_strength, (0.4 * strength, 0.4 * strength, 0.4 * strength,
                                                               0.1 * strength))
     # As the reference code, which produced the paper's colour-strength figure: grayscale p = 0.2·s.
-    assert cfg.augment.gray_prob == pytest.approx(0.2 * strength)
-    strong = {"rotation": cfg.augment.rotation_prob, "solarize": cfg.augment.solarize_prob}
+    assert cfg.augment.probability("gray_prob") == pytest.approx(0.2 * strength)
+    strong = {aug: cfg.augment.probability(f"{aug}_prob") for aug in ("rotation", "solarize")}
     for aug, prob in strong.items():
         wanted = aug in name
         assert prob == (0.5 if wanted else 0.0), (aug, prob)
@@ -225,31 +240,87 @@ def test_flagfile_dataset_and_split_exist_offline(name, tmp_path):
 
 
 def test_no_flags_give_trainconfigs_defaults_and_every_setting_is_a_flag():
-    """Defaults are written once, in TrainConfig: augself-train with no flags builds exactly TrainConfig()."""
-    from augself_tf.flag_fields import flag_fields
-
-    flags = train_program.FLAGS
-    flags.unparse_flags()
-    try:
-        flags(["augself-train"])
-        cfg = train_program.config_from_flags()
-    finally:
-        flags.unparse_flags()
+    """Defaults are written once, in TrainConfig and AugmentConfig: no flags build exactly TrainConfig()."""
+    values = train_flags()
+    values(["augself-train"])
+    cfg = config_from_flags(values)
     default = TrainConfig()
-    assert {f.name for f in flag_fields(TrainConfig)} <= set(flags), "a TrainConfig setting has no flag"
-    for field in flag_fields(TrainConfig):
-        assert flags[field.name].default == field.default, field.name
-        assert flags[field.name].help.endswith(field.metadata["help"]), field.name  # enums prefix <choices>
-    method_defaults = {name: None for name in train_program.METHOD_FLAGS}
-    expected = dataclasses.replace(default, method_options=method_defaults)
-    assert cfg == expected
+    for cls, instance in ((TrainConfig, default), (AugmentConfig, default.augment)):
+        for field in flag_fields(cls):
+            assert field.name in values, f"the setting {field.name} has no flag"
+            flag_default = getattr(instance, field.name)
+            if field.metadata["text"] is not None:  # a value written as one string flag (--augself=crop,color)
+                flag_default = field.metadata["text"](flag_default)
+            assert values[field.name].default == flag_default, field.name
+            assert values[field.name].help.endswith(help_text(field)), field.name  # enums prefix <choices>
+    assert cfg == dataclasses.replace(default, method_options={name: None for name in method_options()})
     assert (cfg.backbone, cfg.width, cfg.epochs, cfg.augment.image_size) == ("resnet18_cifar", 0.125, 10, 32)
+    assert cfg.augment.probabilities == AugmentConfig().probabilities  # the registry's declared defaults
+
+
+def test_the_program_defines_the_librarys_flags():
+    from augself_tf import train as train_program
+
+    library = set(train_flags())
+    program = {f.name for f in train_program.FLAGS.get_key_flags_for_module(train_program.PROGRAM)}
+    assert library == program
+
+
+def test_flag_values_are_validated_where_the_fields_declare_it():
+    for argv, message in [
+        (["--batch_size=0"], "--batch_size must be positive, got 0"),
+        (["--epochs=-1"], "--epochs must be positive, got -1"),
+        (["--image_size=0"], "image_size must be a positive int, got 0"),
+        (["--crop_min_scale=0"], "0 < crop_min_scale <= crop_max_scale <= 1"),
+        (["--color_strength=-1"], "color_strength must be a finite number >= 0"),
+        (["--flip_prob=1.5"], "flip_prob must be a probability in [0, 1], got 1.5"),
+        (["--augself=crop,hue"], "unknown AugSelf augmentation 'hue'"),
+        (["--condition=hue"], "unknown descriptor 'hue' for --condition"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            parse_argv(argv)
+    with pytest.raises(absl_flags.IllegalFlagValueError):
+        parse_argv(["--temperature=warm"])  # a method option's flag takes its declared kind
+
+
+def _as_before(cfg: TrainConfig) -> dict:
+    """What tests/snapshots/flagfile_configs.json recorded for a config, in the recording's terms: the config
+    with AugmentConfig's former fields (jitter_strength, crop_scale, one field per probability), the
+    method's effective options, the HParams columns and the blur kernel."""
+    record = dataclasses.asdict(dataclasses.replace(cfg, augment=None, on_step=None))
+    del record["on_step"]
+    a = cfg.augment
+    record["augment"] = {
+        "image_size": a.image_size, "crop_scale": a.crop_scale, "crop_ratio": a.crop_ratio,
+        "jitter_strength": a.jitter_strength, "blur_sigma": a.blur_sigma, "probabilities": [],
+        **{k: a.probability(k) for k in ("flip_prob", "jitter_prob", "gray_prob", "blur_prob", "rotation_prob",
+                                         "solarize_prob")},
+    }
+    effective = {f.name: f.default for f in flag_fields(METHODS[cfg.method].Options)}
+    effective.update({k: v for k, v in cfg.method_options.items() if v is not None and k in effective})
+    return json.loads(json.dumps({"config": record, "method_kwargs": effective, "hparams": run_hparams(cfg),
+                                  "blur_kernel_size": a.blur_kernel_size}))
+
+
+def test_every_flagfile_parses_to_the_config_it_did_before_settings_were_declared_once():
+    """The snapshot was written by the code before issue 22 (hand-written flags, jitter_strength and crop_scale
+    fields, a field per probability): every value a run reads must be the same, bit for bit."""
+    with open(os.path.join(ROOT, "tests", "snapshots", "flagfile_configs.json")) as f:
+        snapshot = json.load(f)
+    assert set(snapshot) == {"(no flags)", *(n + ".cfg" for n in NAMES)}
+    for name, before in snapshot.items():
+        now = _as_before(parse_argv([]) if name == "(no flags)" else parse(name[: -len(".cfg")]))
+        # The old HParams column rebuilt s as jitter_strength[0] / 0.4 (1.5000000000000002 for s = 1.5); the
+        # column is now the flag's value itself.
+        assert now["hparams"].pop("color_strength") == pytest.approx(before["hparams"].pop("color_strength"),
+                                                                     rel=1e-15, abs=0), name
+        assert now == before, name
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_flagfiles_normalise_with_the_reference_codes_statistics(name):
     """STL10 runs: (0.43, 0.42, 0.39)/(0.27, 0.26, 0.27); ImageNet100 runs: ImageNet's (the reference's Normalize)."""
-    from augself_tf.data.base import IMAGENET_MEAN, IMAGENET_STD, STL10_MEAN, STL10_STD
+    from augself_tf.data.source_base import IMAGENET_MEAN, IMAGENET_STD, STL10_MEAN, STL10_STD
 
     expected = (STL10_MEAN, STL10_STD) if name.startswith("stl10") else (IMAGENET_MEAN, IMAGENET_STD)
     assert parse(name).input_statistics((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)) == expected

@@ -8,7 +8,7 @@ import os
 
 from helpers import hparams_dashboard_rows, tiny_run
 
-from augself_tf.training.hparams import log_eval_records, metric_tag
+from augself_tf.runtime.tensorboard import log_eval_records, metric_tag
 from augself_tf.training.loop import train
 
 
@@ -31,3 +31,38 @@ def test_sweep_runs_appear_as_one_hparams_table_with_eval_results(tmp_path):
     assert metrics_a[("eval", metric_tag(record))] == 0.625 and metric_tag(record) == "eval/linear/shapes_color/top1"
     assert ("", "loss/total") in metrics_a and ("", "loss/total") in metrics_b
     assert not any(group == "eval" for group, _ in metrics_b)
+
+
+def test_read_scalars_reads_tf2_and_tf1_scalars_and_skips_other_summaries(tmp_path):
+    import time
+
+    import numpy as np
+    import tensorflow as tf
+
+    from augself_tf.runtime.tensorboard import last_per_step, read_scalars
+
+    log_dir = str(tmp_path / "tb")
+    with tf.summary.create_file_writer(log_dir).as_default():
+        for step, value in ((0, 1.5), (5, 2.5)):
+            tf.summary.scalar("loss/total", value, step=step)
+        tf.summary.image("views", np.zeros((1, 4, 4, 3), np.float32), step=0)  # not a scalar
+        tf.summary.text("note", "hello", step=0)
+    time.sleep(1.1)  # a second file, as a resumed run writes: step 5 again
+    writer = tf.summary.create_file_writer(log_dir)
+    with writer.as_default():
+        tf.summary.scalar("loss/total", 3.0, step=5)
+        tf.summary.scalar("monitor/knn", 0.75, step=5)
+    writer.flush()
+    v1 = tf.compat.v1.Summary(value=[tf.compat.v1.Summary.Value(tag="old/simple", simple_value=4.0)])
+    with tf.io.TFRecordWriter(os.path.join(log_dir, "events.out.tfevents.9999999999.v1")) as f:  # TF1's way
+        f.write(tf.compat.v1.Event(step=7, wall_time=1.0, summary=v1).SerializeToString())
+
+    events = read_scalars(log_dir)
+    assert set(events) == {"loss/total", "monitor/knn", "old/simple"}
+    assert [(e.step, e.value) for e in events["loss/total"]] == [(0, 1.5), (5, 2.5), (5, 3.0)]
+    assert last_per_step(events["loss/total"]) == [(0, 1.5), (5, 3.0)]
+    assert [(e.step, e.value) for e in events["old/simple"]] == [(7, 4.0)]
+    assert events["monitor/knn"][0].wall_time > 1e9
+    assert set(read_scalars(log_dir, ["monitor/knn"])) == {"monitor/knn"}
+    assert set(read_scalars(log_dir, lambda tag: tag.startswith("loss/"))) == {"loss/total"}
+

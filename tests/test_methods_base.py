@@ -1,19 +1,23 @@
-"""What every method shares (augself_tf/methods/base.py and the registry): the AugSelf loss against an
+"""What every method shares (augself_tf/methods/augself_model.py and the registry): the AugSelf loss against an
 independent NumPy computation, option defaults and the factory, and the train step on 1 and 2 replicas."""
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from absl import flags
 from conftest import mirrored_cpus
 from helpers import batch, compile_model, make_model, omega, replica_values, run_steps, tiny_backbone, unit
 
-from augself_tf.methods import METHODS, build_method
-from augself_tf.methods.base import AugSelfModel
+from augself_tf.flag_fields import option
+from augself_tf.methods import METHODS, build_method, define_method_flags, method_options_from_flags
+from augself_tf.methods.augself_model import AugSelfModel
+from augself_tf.methods.moco import MoCo
+from augself_tf.methods.simclr import SimCLR
 from augself_tf.models.resnet import mlp
 
 B = 6
@@ -78,23 +82,85 @@ def test_new_methods_are_registered_with_their_options():
     assert METHODS["byol"].options["projector_hidden"][0] == 4096
 
 
-def test_every_option_default_is_the_constructor_default_and_used_when_unset():
+def test_every_option_is_one_field_of_the_methods_options_and_its_default_applies_when_unset():
     for cls in METHODS.values():
-        parameters = inspect.signature(cls.__init__).parameters
-        assert set(cls.options) == set(cls.option_help)
-        for name, (default, help_text) in cls.options.items():
-            assert default == parameters[name].default and type(default) is type(parameters[name].default)
-            assert help_text == cls.option_help[name]
-    # train_main passes None for every flag left unset: the constructor default applies.
+        assert dataclasses.is_dataclass(cls.Options)
+        declared = {f.name: (f.default, f.metadata["help"]) for f in dataclasses.fields(cls.Options)
+                    if "help" in f.metadata}
+        assert cls.options == declared
+    # train_main passes None for every flag left unset, and other methods' options too: the default applies.
     model = build_method("simclr", tiny_backbone(), options={"temperature": None, "queue_size": None})
-    assert model.temperature == 0.2
+    assert model.temperature == 0.2 and model.method_options == SimCLR.Options()
     model = build_method("simclr", tiny_backbone(), options={"temperature": 0.5, "queue_size": 3})
-    assert model.temperature == 0.5
+    assert model.temperature == 0.5 and model.method_options == SimCLR.Options(temperature=0.5)
 
 
-def test_option_help_must_name_a_constructor_argument_with_a_default():
-    with pytest.raises(TypeError, match="'widht'.*keyword argument with a default"):
-        type("Typo", (AugSelfModel,), {"option_help": {"widht": "a misspelt option"}})
+def _flag_values() -> flags.FlagValues:
+    values = flags.FlagValues()
+    define_method_flags(values, "test")
+    return values
+
+
+def test_a_shared_option_is_one_flag_whose_help_lists_each_methods_default():
+    values = _flag_values()
+    # Written out from the methods' declarations: MoCo 0.2, SimCLR 0.2, SwAV 0.1 (SwAV's used to go unshown).
+    assert values["temperature"].help == "Softmax temperature of the loss (default moco: 0.2, simclr: 0.2, swav: 0.1)"
+    assert values["queue_size"].help == "MoCo queue length (keys) (default moco: 65536)"
+    for name in ("temperature", "projector_dim", "queue_size", "num_prototypes"):
+        assert values[name].default is None  # unset: each method's own default
+    users = {}
+    for method, cls in METHODS.items():
+        for f in dataclasses.fields(cls.Options):
+            if "help" in f.metadata:
+                users.setdefault(f.name, []).append(f"{method}: {f.default}")
+    for name, defaults in users.items():
+        assert values[name].help.endswith(f"(default {', '.join(defaults)})"), name
+    assert set(method_options_from_flags(values)) == set(users)
+
+
+def _toy_method(**fields) -> type[AugSelfModel]:
+    options = dataclasses.make_dataclass(
+        "Options", [(k, type(v[0]), option(v[0], v[1], choices=v[2] if len(v) > 2 else None))
+                    for k, v in fields.items()], frozen=True)
+    return type("Toy", (AugSelfModel,), {"method_name": "toy", "Options": options})
+
+
+def test_a_shared_option_must_keep_its_type_and_help():
+    wrong_type = _toy_method(temperature=(1, "Softmax temperature of the loss"))
+    with pytest.raises(ValueError, match=r"^method 'toy': option --temperature has kind int but method 'moco' "
+                                         r"declares it with float; a shared option has one kind$"):
+        METHODS["toy"] = wrong_type
+    wrong_help = _toy_method(temperature=(0.5, "Temperature"))
+    with pytest.raises(ValueError, match="option --temperature has help 'Temperature' but method 'moco'"):
+        METHODS["toy"] = wrong_help
+    assert "toy" not in METHODS
+    with METHODS.registered("toy", _toy_method(temperature=(0.5, "Softmax temperature of the loss"))):
+        assert _flag_values()["temperature"].help.endswith("swav: 0.1, toy: 0.5)")
+    assert "toy" not in METHODS
+
+
+def test_bool_and_string_method_options_get_bool_string_and_enum_flags():
+    toy = _toy_method(use_bias=(False, "Toy: a bias in the projector"), tag=("x", "Toy: a name"),
+                      norm=("batch", "Toy: the projector's normalisation", ("batch", "layer")))
+    with METHODS.registered("toy", toy):
+        values = _flag_values()
+        assert [values[n].flag_type() for n in ("use_bias", "tag", "norm")] == ["bool", "string", "string enum"]
+        values(["t", "--use_bias", "--tag=y", "--norm=layer"])
+        model = build_method("toy", tiny_backbone(), options=method_options_from_flags(values))
+        assert model.method_options == toy.Options(use_bias=True, tag="y", norm="layer")
+        with pytest.raises(flags.IllegalFlagValueError):
+            _flag_values()(["t", "--norm=group"])
+        values = _flag_values()
+        values(["t", "--nouse_bias"])
+        assert method_options_from_flags(values)["use_bias"] is False
+
+
+def test_methods_refuse_a_second_method_under_a_taken_name():
+    with pytest.raises(ValueError, match=r"^method 'moco' is already registered; choose another name$"):
+        METHODS["moco"] = MyMethod
+    with pytest.raises(ValueError, match="already registered"):
+        METHODS.update({"mymethod": MyMethod, "moco": MyMethod})  # all or nothing
+    assert METHODS["moco"] is MoCo and "mymethod" not in METHODS
 
 
 def test_unknown_method_is_one_clear_error():
@@ -106,11 +172,15 @@ class MyMethod(AugSelfModel):
     """docs/architecture.md's "Adding a method" example, word for word."""
 
     method_name = "mymethod"
-    option_help = {"projector_dim": "MyMethod projector output size"}  # one train_main flag each
 
-    def __init__(self, backbone, *, projector_dim: int = 128, **kwargs) -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Options:  # each option field is a train_main flag
+        projector_dim: int = option(128, "Projector output size")  # --projector_dim, shared with the others
+
+    def __init__(self, backbone, **kwargs) -> None:
         super().__init__(backbone, **kwargs)
-        self.projector = self.conditioned(mlp([512, projector_dim], synchronized_bn=self.synchronized_bn,
+        dim = self.method_options.projector_dim
+        self.projector = self.conditioned(mlp([512, dim], synchronized_bn=self.synchronized_bn,
                                               name="projector"))  # reads ω under --condition
 
     def build_heads(self, feature_dim: int) -> None:
@@ -122,10 +192,11 @@ class MyMethod(AugSelfModel):
         return -tf.reduce_mean(tf.reduce_sum(z1 * z2, -1)), {}
 
 
-def test_a_toy_method_is_one_class_and_one_registry_line(monkeypatch):
-    monkeypatch.setitem(METHODS, "mymethod", MyMethod)
-    assert METHODS["mymethod"].options == {"projector_dim": (128, "MyMethod projector output size")}
-    model = make_model("mymethod", projector_dim=None, total_steps=2)  # unset flag -> the default, 128
+def test_a_toy_method_is_one_class_and_one_registry_line():
+    with METHODS.registered("mymethod", MyMethod):
+        assert METHODS["mymethod"].options == {"projector_dim": (128, "Projector output size")}
+        assert _flag_values()["projector_dim"].help.endswith("swav: 128, mymethod: 128)")
+        model = make_model("mymethod", projector_dim=None, total_steps=2)  # unset flag -> the default, 128
     assert model.optimized_variables()[-1].shape == (128,)  # the projector's last bias
     b = batch(9)
     f1, f2 = model.backbone(b["view1"], training=False), model.backbone(b["view2"], training=False)

@@ -4,7 +4,6 @@ scalars in TensorBoard on 1 and 2 replicas, bad --monitor input, and no effect o
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
 import subprocess
 import sys
@@ -15,9 +14,10 @@ import tensorflow as tf
 from conftest import mirrored_cpus
 
 from augself_tf.augment import AugmentConfig
+from augself_tf.data.eval_view import CHANNEL_PERMUTATIONS
 from augself_tf.data.sources import SourceInfo
-from augself_tf.evaluation.preprocessing import CHANNEL_PERMUTATIONS
 from augself_tf.models.resnet import build_backbone
+from augself_tf.runtime.tensorboard import last_per_step, read_scalars
 from augself_tf.training.knn import weighted_knn_accuracy, weighted_knn_predict
 from augself_tf.training.loop import TrainConfig, train
 from augself_tf.training.monitors import DistributedFeatures, parse_monitors, plan_monitors
@@ -130,13 +130,8 @@ def monitored_run(model_dir: str, **overrides) -> TrainConfig:
 
 
 def _monitor_events(tb_dir: str) -> dict[str, dict[int, float]]:
-    events: dict[str, dict[int, float]] = {}
-    for path in glob.glob(os.path.join(tb_dir, "events.out.tfevents.*")):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for value in event.summary.value:
-                if value.tag.startswith("monitor/"):
-                    events.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
-    return events
+    events = read_scalars(tb_dir, lambda tag: tag.startswith("monitor/"))
+    return {tag: dict(last_per_step(points)) for tag, points in events.items()}
 
 
 @pytest.mark.parametrize(("replicas", "monitor"), [(1, "auto"), (2, "knn,knn:color,colorperm")])

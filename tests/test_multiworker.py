@@ -8,14 +8,13 @@ inside the step, on top of the gradient all-reduce and synchronized batch norm).
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import socket
 import subprocess
 import sys
 
-import tensorflow as tf
+from augself_tf.runtime.tensorboard import read_scalars
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = 400  # seconds per launch; ~1 min on an idle 2-core machine, several times that under load
@@ -107,10 +106,5 @@ def test_two_workers_train_checkpoint_export_and_resume(tmp_path):
 
 
 def _monitor_steps(tb_dir: str) -> dict[str, list[int]]:
-    steps: dict[str, list[int]] = {}
-    for path in sorted(glob.glob(os.path.join(tb_dir, "events.out.tfevents.*"))):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for value in event.summary.value:
-                if value.tag in ("monitor/knn", "monitor/knn_color"):
-                    steps.setdefault(value.tag, []).append(event.step)
-    return {tag: sorted(s) for tag, s in steps.items()}
+    events = read_scalars(tb_dir, ("monitor/knn", "monitor/knn_color"))
+    return {tag: sorted(e.step for e in points) for tag, points in events.items()}  # a step written twice shows

@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from bench import ledger, ledger_runner
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "bench"))
-import ledger  # noqa: E402
-import ledger_runner  # noqa: E402
 
 # ----------------------------------------------------------------------------------------------------
 # Synthetic ledger entries (the schema of docs/results/ledger/README.md)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import pytest
 import tensorflow as tf
 from helpers import tiny_run
 
-from augself_tf.methods.base import AugSelfModel
+from augself_tf.methods.augself_model import AugSelfModel
 from augself_tf.training.loop import NonFiniteLossError, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -159,12 +160,30 @@ def test_bad_input_is_one_clear_line_and_nonzero_exit(tmp_path, args, expected):
 
 
 def test_default_moco_queue_is_the_papers_or_at_most_sixty_percent_of_the_data():
-    from augself_tf.training.loop import default_queue_size
+    from augself_tf.methods.moco import default_queue_size
 
     assert default_queue_size(1_281_167, 256) == 65536
     assert default_queue_size(5000, 256) == 2816  # ≤ 0.6·5000, a whole number of batches
     assert default_queue_size(3500, 128) == 2048
     assert default_queue_size(100, 64) == 64  # never below one batch
+
+
+def test_methods_complete_their_options_from_the_data():
+    from augself_tf.methods import METHODS
+    from augself_tf.methods.augself_model import PretrainData
+
+    data = PretrainData("d", num_examples=5000, num_classes=10, global_batch=256, total_steps=190, steps_per_epoch=19)
+    logged = []
+    moco = METHODS["moco"].complete_options({"queue_size": None, "temperature": 0.3}, data, logged.append)
+    assert moco == {"queue_size": 2816, "temperature": 0.3, "total_steps": 190, "steps_per_epoch": 19}
+    assert logged and "2816 keys for 5000 images" in logged[0]
+    assert METHODS["moco"].complete_options({"queue_size": 4096}, data)["queue_size"] == 4096  # the flag wins
+    simsiam = METHODS["simsiam"].complete_options({"queue_size": None}, data)
+    assert simsiam == {"queue_size": None, "total_steps": 190, "steps_per_epoch": 19}  # no queue, no labels
+    assert METHODS["supervised"].complete_options({}, data)["num_classes"] == 10
+    unlabelled = dataclasses.replace(data, num_classes=0)
+    with pytest.raises(ValueError, match="method 'supervised' needs class labels; 'd' has none"):
+        METHODS["supervised"].complete_options({}, unlabelled)
 
 
 @pytest.mark.parametrize("photometric", ["host", "device"])

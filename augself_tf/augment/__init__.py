@@ -1,12 +1,13 @@
 """Stateless augmentations that return their parameters ω (no Keras).
 
 Public API: ``AugmentConfig``, ``augment_view``, ``omega_diff``, ``AUGMENTATIONS``, ``AUGSELF_CHOICES``,
-``parse_augself``, ``augment_view_for_device`` + ``finish_views`` (the device stage), and the ``registry`` /
-``ops`` modules.
+``parse_augself``, ``augment_view_for_device`` + ``finish_views`` (the device stage), and the modules:
+``registry`` (order and publication), ``steps`` (step types, generic ω losses), ``geometric`` /
+``photometric`` (the steps), ``crop_sampler`` (torchvision's crop box) and ``ops`` (image ops).
 """
 
-from augself_tf.augment import ops, registry
-from augself_tf.augment.config import DEFAULT_JITTER_STRENGTH, AugmentConfig
+from augself_tf.augment import crop_sampler, geometric, ops, photometric, registry, steps
+from augself_tf.augment.augment_config import DEFAULT_JITTER_STRENGTH, AugmentConfig
 from augself_tf.augment.pipeline import (
     PHOTOMETRIC_MODES,
     augment_view,
@@ -14,7 +15,8 @@ from augself_tf.augment.pipeline import (
     finish_views,
     omega_diff,
 )
-from augself_tf.augment.registry import AUGMENTATIONS, AUGSELF_CHOICES, Augmentation, parse_augself
+from augself_tf.augment.registry import AUGMENTATIONS, AUGSELF_CHOICES, parse_augself
+from augself_tf.augment.steps import Augmentation
 
 __all__ = [
     "AUGMENTATIONS",
@@ -26,8 +28,12 @@ __all__ = [
     "augment_view",
     "augment_view_for_device",
     "finish_views",
+    "crop_sampler",
+    "geometric",
     "omega_diff",
     "ops",
     "parse_augself",
+    "photometric",
     "registry",
+    "steps",
 ]

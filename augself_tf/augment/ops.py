@@ -1,7 +1,7 @@
 """Deterministic image ops used by the augmentation pipeline.
 
 Every op here takes its parameters explicitly (no randomness): the random draws live in
-``registry.py``. Images are float32 [H, W, 3] in [0, 1] unless stated otherwise. All ops are
+``geometric.py`` and ``photometric.py``. Images are float32 [H, W, 3] in [0, 1] unless stated otherwise. All ops are
 graph-safe (usable inside ``tf.data.Dataset.map``) and work with dynamic H and W.
 """
 

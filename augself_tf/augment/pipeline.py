@@ -7,7 +7,8 @@ from collections.abc import Mapping
 import tensorflow as tf
 
 from augself_tf.augment import ops, registry
-from augself_tf.augment.config import AugmentConfig
+from augself_tf.augment.augment_config import AugmentConfig
+from augself_tf.augment.steps import DEVICE
 
 PHOTOMETRIC_MODES = ("host", "device")
 
@@ -25,7 +26,7 @@ def _run(
     omega: dict[str, tf.Tensor] = {}
     for step in registry.PIPELINE:
         params = step.sample(step_seeds[step.seed_slot], tf.shape(view), config)
-        if device_params is not None and step.stage == registry.DEVICE:
+        if device_params is not None and step.stage == DEVICE:
             device_params[step.name] = params  # its measurements are taken in finish_views
         else:
             before = view
@@ -64,7 +65,7 @@ def augment_view_for_device(
 ) -> tuple[tf.Tensor, dict[str, tf.Tensor], dict[str, dict[str, tf.Tensor]]]:
     """The host half of ``augment_view``: the same draws and ω, the host steps applied, a uint8 view.
 
-    The device steps (``registry.DEVICE``: the photometric ops) are left to ``finish_views``, which reads
+    The device steps (``DEVICE``: the photometric ops) are left to ``finish_views``, which reads
     their draws from the returned params; ``finish_views`` of this equals ``augment_view`` up to the uint8
     rounding of the geometric stage.
 
@@ -83,7 +84,7 @@ def finish_views(batch: Mapping[str, tf.Tensor], config: AugmentConfig) -> dict:
     A batch from ``make_pair_dataset(..., photometric="device")`` carries uint8 views and the device steps'
     draws under ``device1`` / ``device2``: colour jitter (per-example factors and order), solarization,
     grayscale and Gaussian blur run here as batched tensor ops, in pipeline order, and the ω entries those
-    steps measure on their images (``registry.Measurement``) are added to ``omega1`` / ``omega2``. A host-mode
+    steps measure on their images (``steps.Measurement``) are added to ``omega1`` / ``omega2``. A host-mode
     batch (float views, no draws, ω complete) is only cast. Graph-safe, XLA-compatible, per replica.
     """
     out = dict(batch)
@@ -97,7 +98,7 @@ def finish_views(batch: Mapping[str, tf.Tensor], config: AugmentConfig) -> dict:
         x = tf.cast(views, tf.float32) / 255.0
         measured = {}
         for step in registry.PIPELINE:
-            if step.stage == registry.DEVICE:
+            if step.stage == DEVICE:
                 params = batch[params_key][step.name]
                 before, x = x, step.transform_batch(x, params, config)
                 measured.update(step.measure(before, x, params, config))

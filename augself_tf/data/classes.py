@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from augself_tf.data.base import SourceInfo
+from augself_tf.data.source_base import SourceInfo
 
 
 def filter_classes(ds: tf.data.Dataset, class_ids: Sequence[int]) -> tf.data.Dataset:

@@ -46,7 +46,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from augself_tf.data.base import SourceInfo, split_parts, unknown_split_error
+from augself_tf.data.source_base import SourceInfo, split_parts, unknown_split_error
 
 IMAGE_EXTENSIONS: tuple[str, ...] = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
 POOL_FRACTIONS: dict[str, float] = {"train": 0.7, "val": 0.1, "test": 0.2}

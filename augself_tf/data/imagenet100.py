@@ -15,8 +15,8 @@ from importlib import resources
 import tensorflow as tf
 
 from augself_tf.data import folder
-from augself_tf.data.base import DatasetNotPreparedError, Source, SourceInfo, unknown_split_error
 from augself_tf.data.classes import class_ids_from_names, filter_classes
+from augself_tf.data.source_base import DatasetNotPreparedError, Source, SourceInfo, unknown_split_error
 
 # Images per split of the CMC ImageNet100 subset of ILSVRC-2012 (tfds ``imagenet2012`` split names).
 IMAGENET100_SIZES: dict[str, int] = {"train": 126_689, "validation": 5_000}
@@ -34,7 +34,7 @@ def wnids() -> list[str]:
 
 
 class ImageNet100:
-    """The :class:`~augself_tf.data.base.Source` of ``imagenet100[:BASE]``; ``resolve`` finds BASE's source."""
+    """The :class:`~augself_tf.data.source_base.Source` of ``imagenet100[:BASE]``; ``resolve`` finds BASE's source."""
 
     def __init__(self, resolve: Resolver):
         self._resolve = resolve

@@ -27,7 +27,7 @@ import functools
 import numpy as np
 import tensorflow as tf
 
-from augself_tf.data.base import SourceInfo, split_parts, unknown_dataset_error, unknown_split_error
+from augself_tf.data.source_base import SourceInfo, split_parts, unknown_dataset_error, unknown_split_error
 
 IMAGE_SIZE = 64
 SHAPE_NAMES: tuple[str, ...] = ("circle", "square", "triangle", "cross", "ring")
@@ -173,7 +173,8 @@ def _check_arg(arg: str) -> None:
 def info(arg: str, split: str, *, data_dir: str | None = None) -> SourceInfo:
     """SourceInfo of a ``shapes`` split (``train``, ``test`` or e.g. ``train+test``); ``arg`` must be empty.
 
-    ``data_dir`` is unused (nothing is read from disk); it is part of the :class:`~augself_tf.data.base.Source` API.
+    ``data_dir`` is unused (nothing is read from disk); it is part of the
+    :class:`~augself_tf.data.source_base.Source` API.
     """
     _check_arg(arg)
     parts = split_parts(split)

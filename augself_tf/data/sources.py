@@ -13,6 +13,8 @@ Specs (:data:`SOURCE_HELP`):
 * ``imagenet100`` / ``imagenet100:SPEC`` — the paper's 100 ImageNet classes (CMC split, wnids in
   ``imagenet100.txt``, labels 0..99 in that order) taken from tfds ``imagenet2012`` (manual download) or
   from another source SPEC with wnid class names, e.g. ``imagenet100:folder:/data/imagenet``;
+* ``fc100`` / ``fc100:SPEC`` — FC100's meta-test set: the 20 CIFAR-100 classes of its 4 test superclasses
+  (see :mod:`augself_tf.data.fc100`), from tfds ``cifar100`` or another source SPEC;
 * any registered tensorflow-datasets name, optionally ``tfds:`` prefixed and with config/version
   (``stl10``, ``cifar10``, ``caltech_birds2011``, ``imagenet2012_subset/10pct``, ...).
 
@@ -21,16 +23,19 @@ syntax (``train[:10%]``).
 
 Dispatch: a spec ``NAME`` or ``NAME:ARG`` goes to ``SOURCES[NAME]`` with ARG (``""`` for a bare NAME); a spec whose
 NAME is not registered goes whole to tfds. A source is a module or object with ``load(arg, split, *, data_dir)`` and
-``info(arg, split, *, data_dir)`` (:class:`~augself_tf.data.base.Source`), so adding one is one file plus one line
-in :data:`SOURCES` (docs/architecture.md, "Data sources").
+``info(arg, split, *, data_dir)`` (:class:`~augself_tf.data.source_base.Source`), so adding one is one file plus
+one line in :data:`SOURCES` (docs/architecture.md, "Data sources").
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-from augself_tf.data import folder, imagenet100, shapes, tfds_source
-from augself_tf.data.base import (
+from augself_tf.data import fc100, folder, imagenet100, shapes, tfds_source
+from augself_tf.data.classes import class_ids_from_names, filter_classes
+from augself_tf.data.imagenet100 import IMAGENET100_SIZES
+from augself_tf.data.imagenet100 import wnids as imagenet100_wnids
+from augself_tf.data.source_base import (
     DatasetNotPreparedError,
     Source,
     SourceInfo,
@@ -38,9 +43,7 @@ from augself_tf.data.base import (
     unknown_dataset_error,
     unknown_split_error,
 )
-from augself_tf.data.classes import class_ids_from_names, filter_classes
-from augself_tf.data.imagenet100 import IMAGENET100_SIZES
-from augself_tf.data.imagenet100 import wnids as imagenet100_wnids
+from augself_tf.registries import Registry
 
 __all__ = [
     "IMAGENET100_SIZES",
@@ -81,6 +84,7 @@ SOURCE_HELP = (
     "dataset specs: 'shapes' (embedded synthetic dataset, splits train/test, labels shape + color, bbox); "
     "'imagenet100' or 'imagenet100:SPEC' (the paper's 100 ImageNet classes, labels 0..99, from tfds imagenet2012 "
     "or from SPEC, e.g. 'imagenet100:folder:/data/imagenet'); "
+    "'fc100' or 'fc100:SPEC' (FC100's 20 meta-test classes of CIFAR-100, splits train/test/all); "
     "'folder:PATH' (PATH/<class>/* or PATH/<split>/<class>/*; without split folders 'all' plus a "
     "stratified 70/10/20 'train'/'val'/'test' partition; optional PATH/boxes.csv); "
     "or a tensorflow-datasets name, e.g. " + ", ".join(TFDS_EXAMPLES) + " (prepared under data_dir; "
@@ -106,12 +110,13 @@ def resolve(spec: str) -> tuple[str, Source, str]:
 
 
 # Spec prefix -> source. Adding a source: one module with load/info, one line here.
-SOURCES: dict[str, Source] = {
+SOURCES: Registry[Source] = Registry("data source", {
     "shapes": shapes,
     "folder": folder,
     "tfds": tfds_source,
     "imagenet100": imagenet100.ImageNet100(resolve),
-}
+    "fc100": fc100.FC100(resolve),
+})
 
 
 def load_source(spec: str, split: str, *, data_dir: str | None = None) -> tf.data.Dataset:

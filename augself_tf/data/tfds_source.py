@@ -11,7 +11,7 @@ bbox datasets, and costs little).
 
 Nothing is downloaded: the data must already be prepared under ``data_dir`` (tfds' default
 ``~/tensorflow_datasets`` or ``$TFDS_DATA_DIR`` when None); otherwise :func:`load` and :func:`info` raise a
-one-line :class:`~augself_tf.data.base.DatasetNotPreparedError` naming the directory searched and how to
+one-line :class:`~augself_tf.data.source_base.DatasetNotPreparedError` naming the directory searched and how to
 prepare it. Under ``tfds.testing.mock_data`` nothing is prepared and both work (``num_examples`` None).
 """
 
@@ -27,7 +27,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from augself_tf.data.base import (
+from augself_tf.data import catalog
+from augself_tf.data.source_base import (
     STL10_MEAN,
     STL10_STD,
     DatasetNotPreparedError,
@@ -73,6 +74,9 @@ def _keys(builder: Any) -> tuple[str, str | None, bool]:
             raise ValueError(f"tfds dataset {name!r} has no 'image' feature: not an image dataset")
         image_key = "image"
         label_key = "label" if "label" in features else None
+    facts = catalog.lookup(builder.info.name)
+    if facts is not None and facts.in_tfds and facts.label_key in features:
+        label_key = facts.label_key  # the class label the paper's protocols classify (the catalog's)
     if label_key is not None:
         lab = features[label_key]
         if not isinstance(lab, tfds.features.ClassLabel):
@@ -183,7 +187,7 @@ def info(name: str, split: str, *, data_dir: str | None = None, require_prepared
       name: tfds name (``name``, ``name/config``, ``name:1.2.3``).
       split: split name or tfds expression; the names are checked against the builder's declared splits.
       data_dir: tfds data directory (None: tfds' default).
-      require_prepared: raise :class:`~augself_tf.data.base.DatasetNotPreparedError` when the data is not
+      require_prepared: raise :class:`~augself_tf.data.source_base.DatasetNotPreparedError` when the data is not
         prepared; False describes it from code-level metadata instead (``num_examples`` None).
     """
     builder = _builder(name, data_dir)

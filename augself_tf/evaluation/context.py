@@ -16,12 +16,13 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from augself_tf.data.catalog import spec_key
 from augself_tf.evaluation import logreg
-from augself_tf.evaluation.datasets import DataAccess, LinearSplits, dataset_key, linear_splits, split_train_val
+from augself_tf.evaluation.datasets import DataAccess, LinearSplits, linear_splits, split_train_val
 from augself_tf.evaluation.errors import EvalError
 from augself_tf.evaluation.extraction import FeatureExtractor, FeatureSet
 from augself_tf.evaluation.loading import LoadedModel
-from augself_tf.evaluation.preprocessing import ImageTransform
+from augself_tf.evaluation.transforms import ImageTransform
 from augself_tf.flag_fields import option
 from augself_tf.progress import Progress
 
@@ -56,7 +57,7 @@ class ProbeOptions:
 
 @dataclasses.dataclass
 class EvalSettings:
-    """Settings every protocol shares (eval_main's general flags).
+    """Settings every protocol shares; its `option` fields are eval_main's flags of the same names.
 
     Attributes:
       image_size: eval resolution S (shorter side resized to S, centre crop S×S).
@@ -71,15 +72,15 @@ class EvalSettings:
       verbose: log every value of a regularisation sweep, not one line per sweep.
     """
 
-    image_size: int = 96
-    batch_size: int = 128
-    max_examples: int | None = None
-    seed: int = 0
-    label_key: str = "label"
+    image_size: int = option(96, "Eval resolution: shorter side resized to it, then a centre crop.", minimum=1)
+    batch_size: int = option(128, "Images per model call.", minimum=1)
+    max_examples: int | None = option(None, "Use at most this many examples per split (fixed-seed subset).")
+    seed: int = option(0, "Seed of subsets, validation hold-out, episodes, queries and augmentations.")
+    label_key: str = option("label", "Integer label to classify/probe (e.g. color for shapes).")
     output_dir: str = "."
     probe: ProbeOptions = dataclasses.field(default_factory=ProbeOptions)
     strategy: Any = None
-    verbose: bool = False
+    verbose: bool = option(False, "Progress lines for every value of a regularisation sweep, not one per sweep.")
 
 
 @dataclasses.dataclass
@@ -137,7 +138,7 @@ class EvalContext:
 
     def figure_path(self, model: LoadedModel, protocol: str, dataset: str) -> str:
         """Where a protocol's picture of ``model`` on ``dataset`` goes."""
-        name = f"{_slug(model.name)}_{protocol}_{_slug(dataset_key(dataset))}.png"
+        name = f"{_slug(model.name)}_{protocol}_{_slug(spec_key(dataset))}.png"
         return os.path.join(self.settings.output_dir, name)
 
     def progress(self, total: int | None, label: str, unit: str = "step") -> Progress:

@@ -27,7 +27,7 @@ scaled by H/224 so that a 96 px image gets the same corruption relative to its s
   kernel with Gaussian weights); ours is a depthwise convolution with that kernel, drawn by bilinear
   splatting of the line's sample points. The original snow layer is one per image; so is ours.
 
-ImageNet-C reports accuracy averaged over the five severities; :mod:`augself_tf.evaluation.robustness`
+ImageNet-C reports accuracy averaged over the five severities; :mod:`augself_tf.evaluation.perturbed_accuracy`
 does the same by default (``--robustness_severities``). The paper does not state its severities.
 """
 

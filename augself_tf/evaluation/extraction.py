@@ -15,9 +15,10 @@ from typing import TextIO
 import numpy as np
 import tensorflow as tf
 
+from augself_tf.data.eval_view import bbox_to_crop_frame, preprocess
 from augself_tf.evaluation.errors import EvalError, first_line
 from augself_tf.evaluation.loading import LoadedModel
-from augself_tf.evaluation.preprocessing import ImageTransform, bbox_to_crop_frame, preprocess
+from augself_tf.evaluation.transforms import ImageTransform
 from augself_tf.progress import Progress
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from augself_tf.evaluation.datasets import dataset_key
+from augself_tf.data.catalog import canonical_key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,16 +152,6 @@ ABLATION_LINEAR: dict[tuple[str, str], tuple[float, ...]] = {
     ("framework", "SwAV+AugSelf"): (82.57, 82.00, 55.10, 33.16, 39.13, 40.74, 61.69),
 }
 
-#: Aliases of dataset names to our keys (paper names, folder names people use).
-DATASET_ALIASES: dict[str, str] = {
-    "cub200": "caltech_birds2011", "cub": "caltech_birds2011", "cub_200_2011": "caltech_birds2011",
-    "flowers": "oxford_flowers102", "flowers102": "oxford_flowers102", "pets": "oxford_iiit_pet",
-    "food": "food101", "cars": "cars196", "plant_disease": "plant_village", "plantvillage": "plant_village",
-    "fgvc_aircraft": "aircraft", "mit_indoor67": "mit67", "indoor67": "mit67", "cifar-10": "cifar10",
-    "cifar-100": "cifar100",
-}
-
-
 def _entries() -> tuple[PaperEntry, ...]:
     out: list[PaperEntry] = []
     for (pre, method), values in LINEAR_TRANSFER.items():
@@ -190,15 +180,10 @@ def _entries() -> tuple[PaperEntry, ...]:
 ENTRIES: tuple[PaperEntry, ...] = _entries()
 
 
-def canonical_dataset(spec: str) -> str:
-    """Our dataset key for a spec or a paper name (``folder:/x/CUB200`` -> ``caltech_birds2011``)."""
-    key = dataset_key(spec)
-    return DATASET_ALIASES.get(key, key)
-
-
 def lookup(protocol: str, dataset: str) -> list[PaperEntry]:
-    """Paper entries for a protocol on a dataset (entries without a stated dataset match any)."""
-    ds = canonical_dataset(dataset)
+    """Paper entries for a protocol on a dataset (entries without a stated dataset match any); the dataset's
+    names are the catalog's (:mod:`augself_tf.data.catalog`: ``folder:/x/CUB200`` is ``caltech_birds2011``)."""
+    ds = canonical_key(dataset)
     return [e for e in ENTRIES if e.protocol == protocol and (e.dataset is None or e.dataset == ds)]
 
 

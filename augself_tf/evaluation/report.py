@@ -15,6 +15,7 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 
+from augself_tf.data.catalog import canonical_key
 from augself_tf.evaluation import paper_results
 
 RECORD_KEYS: tuple[str, ...] = (
@@ -166,7 +167,7 @@ def markdown_table(records: Iterable[dict], *, paper: bool = True) -> str:
             for e in entries:
                 val = f"{e.value:g}" + (f" ± {e.ci95:g}" if e.ci95 is not None else "")
                 by_pre.setdefault(_short_pretrain(e.pretrain), []).append(f"{e.method} {val}")
-            where = paper_results.canonical_dataset(ds) if entries[0].dataset else "dataset not stated"
+            where = canonical_key(ds) if entries[0].dataset else "dataset not stated"
             parts = "; ".join(f"{pre}: " + ", ".join(v) for pre, v in by_pre.items())
             details.append(f"- {proto} / {where}: {parts}")
         if details:

@@ -1,21 +1,65 @@
 """Pretraining methods: one short file per method over `AugSelfModel`, and one line per method in `METHODS`.
 
-How to add one: docs/architecture.md, "Adding a method".
+Each method declares its options once, as `option` fields of its ``Options`` dataclass. train_main has one
+flag per option name: methods that share a name (``--temperature`` of MoCo, SimCLR and SwAV) share the flag,
+so they must declare it with one type and one help line (`METHODS` refuses a method that does not), and the
+flag's help lists each method's default. How to add a method: docs/architecture.md, "Adding a method".
 """
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
+from typing import Any
 
-from augself_tf.methods.base import AugSelfModel
+from augself_tf.flag_fields import define_flag, flag_fields, flag_kind, help_text
+from augself_tf.methods.augself_model import AugSelfModel
 from augself_tf.methods.byol import BYOL
 from augself_tf.methods.moco import MoCo
 from augself_tf.methods.simclr import SimCLR
 from augself_tf.methods.simsiam import SimSiam
 from augself_tf.methods.supervised import Supervised
 from augself_tf.methods.swav import SwAV
+from augself_tf.registries import Registry
 
-METHODS: dict[str, type[AugSelfModel]] = {
+
+@dataclasses.dataclass(frozen=True)
+class MethodOption:
+    """One train_main flag of the methods' options: its kind, help and each declaring method's default."""
+
+    name: str
+    kind: type
+    help: str
+    choices: tuple[str, ...] | None
+    defaults: dict[str, Any]
+
+    def help_line(self) -> str:
+        """The help followed by every declaring method's default, e.g. ``... (default moco: 0.2, swav: 0.1)``."""
+        return f"{self.help} (default {', '.join(f'{m}: {v}' for m, v in self.defaults.items())})"
+
+
+def _declared(method: str, cls: type[AugSelfModel]) -> dict[str, MethodOption]:
+    return {f.name: MethodOption(f.name, flag_kind(cls.Options, f), help_text(f), f.metadata["choices"],
+                                 {method: f.default}) for f in flag_fields(cls.Options)}
+
+
+def _check_method(name: str, cls: type[AugSelfModel], registered: Registry) -> None:
+    """Refuses a method whose option shares a name with another method's but not its type, choices or help."""
+    if not (isinstance(cls, type) and issubclass(cls, AugSelfModel)):
+        raise TypeError(f"method {name!r} must be an AugSelfModel subclass, got {cls!r}")
+    for other, other_cls in registered.items():
+        theirs = _declared(other, other_cls)
+        for option_name, mine in _declared(name, cls).items():
+            if option_name not in theirs:
+                continue
+            for what in ("kind", "choices", "help"):
+                a, b = getattr(mine, what), getattr(theirs[option_name], what)
+                if a != b:
+                    show = (lambda v: v.__name__) if what == "kind" else repr
+                    raise ValueError(f"method {name!r}: option --{option_name} has {what} {show(a)} but method "
+                                     f"{other!r} declares it with {show(b)}; a shared option has one {what}")
+
+
+METHODS: Registry[type[AugSelfModel]] = Registry("method", {
     "none": AugSelfModel,
     "simsiam": SimSiam,
     "moco": MoCo,
@@ -23,14 +67,37 @@ METHODS: dict[str, type[AugSelfModel]] = {
     "simclr": SimCLR,
     "swav": SwAV,
     "supervised": Supervised,
-}
+}, check=_check_method)
+
+
+def method_options() -> dict[str, MethodOption]:
+    """Every option name of the registered methods (in registration order), with each method's default."""
+    merged: dict[str, MethodOption] = {}
+    for method, cls in METHODS.items():
+        for name, declared in _declared(method, cls).items():
+            known = merged.get(name)
+            merged[name] = declared if known is None else dataclasses.replace(
+                known, defaults={**known.defaults, **declared.defaults})
+    return merged
+
+
+def define_method_flags(flag_values: Any, module_name: str) -> None:
+    """One flag per method option name, default None (unset: each method's own default applies)."""
+    for option in method_options().values():
+        define_flag(option.name, option.kind, None, option.help_line(), flag_values, module_name, option.choices)
+
+
+def method_options_from_flags(flag_values: Any) -> dict[str, Any]:
+    """``{name: value}`` of every method-option flag, None where unset (TrainConfig.method_options)."""
+    return {name: flag_values[name].value for name in method_options()}
 
 
 def build_method(name: str, backbone, *, options: dict | None = None, **common) -> AugSelfModel:
-    """Instantiates method `name`; `options` entries the method's constructor does not take are ignored."""
+    """Instantiates method `name` with its ``Options`` made from the `options` entries it declares (None
+    values and other methods' entries are left out, so the defaults apply)."""
     if name not in METHODS:
         raise ValueError(f"unknown method '{name}'; choose from {', '.join(METHODS)}")
     cls = METHODS[name]
-    accepted = inspect.signature(cls.__init__).parameters
-    kwargs = {k: v for k, v in (options or {}).items() if v is not None and k in accepted}
-    return cls(backbone, **kwargs, **common)
+    fields = {f.name for f in dataclasses.fields(cls.Options)}
+    kwargs = {k: v for k, v in (options or {}).items() if v is not None and k in fields}
+    return cls(backbone, options=cls.Options(**kwargs), **common)

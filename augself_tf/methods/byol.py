@@ -12,11 +12,13 @@ per step.) The AugSelf heads read the online features f(v1), f(v2).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import tensorflow as tf
 
-from augself_tf.methods.base import AugSelfModel
+from augself_tf.flag_fields import option
+from augself_tf.methods.augself_model import AugSelfModel
 from augself_tf.methods.momentum import MomentumEncoder
 from augself_tf.models.resnet import mlp
 
@@ -47,24 +49,24 @@ class BYOL(AugSelfModel):
     """
 
     method_name = "byol"
-    option_help = {
-        "projector_hidden": "Projector hidden size (BYOL: 4096)",
-        "projector_dim": "Projector output size",
-        "predictor_hidden": "Predictor hidden size (BYOL: 4096)",
-        "target_momentum": "BYOL base EMA τ, raised to 1 on a cosine schedule",
-    }
 
-    def __init__(self, backbone, *, projector_hidden: int = 4096, projector_dim: int = 256,
-                 predictor_hidden: int = 4096, target_momentum: float = 0.996, total_steps: int | None = None,
-                 **kwargs) -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        projector_hidden: int = option(4096, "Projector hidden size")
+        projector_dim: int = option(256, "Projector output size")
+        predictor_hidden: int = option(4096, "Predictor hidden size")
+        target_momentum: float = option(0.996, "BYOL base EMA τ, raised to 1 on a cosine schedule")
+        total_steps: int | None = None  # the training loop's
+
+    def __init__(self, backbone, **kwargs) -> None:
         super().__init__(backbone, **kwargs)
-        self.target_momentum = float(target_momentum)
-        self.total_steps = total_steps
-        sync = self.synchronized_bn
-        self.projector = self.conditioned(mlp([projector_hidden, projector_dim], synchronized_bn=sync,
+        o, sync = self.method_options, self.synchronized_bn
+        self.target_momentum = float(o.target_momentum)
+        self.total_steps = o.total_steps
+        self.projector = self.conditioned(mlp([o.projector_hidden, o.projector_dim], synchronized_bn=sync,
                                               name="projector"))
-        self.predictor = mlp([predictor_hidden, projector_dim], synchronized_bn=sync, name="predictor")
-        self.target_encoder = MomentumEncoder(backbone, [projector_hidden, projector_dim], synchronized_bn=sync,
+        self.predictor = mlp([o.predictor_hidden, o.projector_dim], synchronized_bn=sync, name="predictor")
+        self.target_encoder = MomentumEncoder(backbone, [o.projector_hidden, o.projector_dim], synchronized_bn=sync,
                                               name="target", conditioning=self.conditioning)
         # Keeps the checkpoint keys model/target_backbone/... of runs saved before the shared encoder: they restore.
         self.target_backbone, self.target_projector = self.target_encoder.backbone, self.target_encoder.projector

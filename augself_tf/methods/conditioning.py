@@ -23,7 +23,7 @@ import keras
 import tensorflow as tf
 
 from augself_tf.augment import registry
-from augself_tf.augment.config import AugmentConfig
+from augself_tf.augment.augment_config import AugmentConfig
 from augself_tf.models.resnet import mlp
 
 #: The reference's ImageNet-100 runs (README / paper): --aug-nn-width 64 --aug-nn-depth 6.

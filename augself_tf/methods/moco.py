@@ -8,10 +8,13 @@ the momentum KEYS (gathered across replicas in replica order), not the online qu
 
 from __future__ import annotations
 
+import dataclasses
+
 import keras
 import tensorflow as tf
 
-from augself_tf.methods.base import AugSelfModel, Forward
+from augself_tf.flag_fields import option
+from augself_tf.methods.augself_model import AugSelfModel, Forward, PretrainData
 from augself_tf.methods.momentum import MomentumEncoder
 from augself_tf.models.resnet import mlp
 
@@ -25,33 +28,52 @@ def info_nce(q: tf.Tensor, k: tf.Tensor, queue: tf.Tensor, temperature: float) -
     return tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
 
 
+def default_queue_size(num_examples: int, global_batch: int, paper_size: int = 65536) -> int:
+    """The paper's 65536 keys (0.62× STL10's 105k images), capped at ~0.6× smaller datasets.
+
+    A queue longer than the dataset fills with stale keys of the very images being contrasted: on 3.5k
+    images the MoCo loss then rises during training instead of falling (measured; see docs/results.md).
+    """
+    cap = max(global_batch, int(0.6 * num_examples) // global_batch * global_batch)
+    return min(paper_size, cap)
+
+
 class MoCo(AugSelfModel):
     """MoCo v2 with projector d→hidden→out (BN in the hidden layer), momentum m, queue of K keys."""
 
     method_name = "moco"
-    option_help = {
-        "projector_hidden": "Projector hidden size (paper: 512 STL10; 2048 MoCo ImageNet100)",
-        "projector_dim": "Projector output size",
-        "temperature": "Softmax temperature of the contrastive loss",
-        "key_momentum": "MoCo key-encoder EMA momentum",
-        "queue_size": "MoCo queue length (keys)",
-    }
 
-    def __init__(self, backbone, *, projector_hidden: int = 512, projector_dim: int = 128,
-                 temperature: float = 0.2, key_momentum: float = 0.999, queue_size: int = 65536,
-                 **kwargs) -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        projector_hidden: int = option(512, "Projector hidden size")
+        projector_dim: int = option(128, "Projector output size")
+        temperature: float = option(0.2, "Softmax temperature of the loss")
+        key_momentum: float = option(0.999, "MoCo key-encoder EMA momentum")
+        queue_size: int = option(65536, "MoCo queue length (keys)")
+
+    def __init__(self, backbone, **kwargs) -> None:
         super().__init__(backbone, **kwargs)
-        self.temperature = temperature
-        self.key_momentum = key_momentum
-        self.queue_size = queue_size
-        self.projector_dim = projector_dim
-        sync = self.synchronized_bn
-        self.projector = self.conditioned(mlp([projector_hidden, projector_dim], synchronized_bn=sync,
+        o, sync = self.method_options, self.synchronized_bn
+        self.temperature = o.temperature
+        self.key_momentum = o.key_momentum
+        self.queue_size = o.queue_size
+        self.projector_dim = o.projector_dim
+        self.projector = self.conditioned(mlp([o.projector_hidden, o.projector_dim], synchronized_bn=sync,
                                               name="projector"))
-        self.key_encoder = MomentumEncoder(backbone, [projector_hidden, projector_dim], synchronized_bn=sync,
+        self.key_encoder = MomentumEncoder(backbone, [o.projector_hidden, o.projector_dim], synchronized_bn=sync,
                                            name="key", conditioning=self.conditioning)
         # Keeps the checkpoint keys model/key_backbone/... of runs saved before the shared encoder: they restore.
         self.key_backbone, self.key_projector = self.key_encoder.backbone, self.key_encoder.projector
+
+    @classmethod
+    def complete_options(cls, options, data: PretrainData, log=lambda _m: None):
+        """Also ``queue_size`` when the run does not set it: :func:`default_queue_size` of the data."""
+        options = super().complete_options(options, data, log)
+        if options.get("queue_size") is None:
+            options["queue_size"] = default_queue_size(data.num_examples, data.global_batch)
+            log(f"MoCo queue: {options['queue_size']} keys for {data.num_examples} images "
+                "(set --queue_size to override; the paper's flagfiles set 65536)")
+        return options
 
     def build_heads(self, feature_dim: int) -> None:
         self.projector(tf.zeros([2, feature_dim]))

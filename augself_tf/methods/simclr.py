@@ -9,9 +9,12 @@ other replicas' rows put on its projections.
 
 from __future__ import annotations
 
+import dataclasses
+
 import tensorflow as tf
 
-from augself_tf.methods.base import AugSelfModel
+from augself_tf.flag_fields import option
+from augself_tf.methods.augself_model import AugSelfModel
 from augself_tf.models.resnet import mlp
 
 
@@ -51,18 +54,19 @@ class SimCLR(AugSelfModel):
     """Projector d→512→128 (BN+ReLU hidden, no BN at the end) and the cross-replica NT-Xent loss."""
 
     method_name = "simclr"
-    option_help = {
-        "projector_hidden": "Projector hidden size (SimCLR on STL10: 512)",
-        "projector_dim": "Projector output size",
-        "temperature": "Softmax temperature of the contrastive loss",
-    }
 
-    def __init__(self, backbone, *, projector_hidden: int = 512, projector_dim: int = 128,
-                 temperature: float = 0.2, **kwargs) -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        projector_hidden: int = option(512, "Projector hidden size")
+        projector_dim: int = option(128, "Projector output size")
+        temperature: float = option(0.2, "Softmax temperature of the loss")
+
+    def __init__(self, backbone, **kwargs) -> None:
         super().__init__(backbone, **kwargs)
-        self.temperature = float(temperature)
-        self.projector = self.conditioned(mlp([projector_hidden, projector_dim], synchronized_bn=self.synchronized_bn,
-                                              name="projector"))
+        o = self.method_options
+        self.temperature = float(o.temperature)
+        self.projector = self.conditioned(mlp([o.projector_hidden, o.projector_dim],
+                                              synchronized_bn=self.synchronized_bn, name="projector"))
 
     def build_heads(self, feature_dim: int) -> None:
         self.projector(tf.zeros([2, feature_dim]))

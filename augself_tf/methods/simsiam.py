@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import tensorflow as tf
 
-from augself_tf.methods.base import AugSelfModel
+from augself_tf.flag_fields import option
+from augself_tf.methods.augself_model import AugSelfModel
 from augself_tf.models.resnet import mlp
 
 
@@ -24,19 +27,19 @@ class SimSiam(AugSelfModel):
     """
 
     method_name = "simsiam"
-    option_help = {
-        "projector_layers": "SimSiam projector depth (paper: 2 on STL10, 3 on ImageNet100)",
-        "projector_dim": "Projector output size",
-        "predictor_hidden": "SimSiam predictor hidden size",
-    }
 
-    def __init__(self, backbone, *, projector_layers: int = 2, projector_dim: int = 2048,
-                 predictor_hidden: int = 512, **kwargs) -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        projector_layers: int = option(2, "SimSiam projector depth (paper: 2 on STL10, 3 on ImageNet100)")
+        projector_dim: int = option(2048, "Projector output size")
+        predictor_hidden: int = option(512, "Predictor hidden size")
+
+    def __init__(self, backbone, **kwargs) -> None:
         super().__init__(backbone, **kwargs)
-        sync = self.synchronized_bn
-        self.projector = self.conditioned(mlp([projector_dim] * projector_layers, last_bn=True, synchronized_bn=sync,
-                                              name="projector"))
-        self.predictor = mlp([predictor_hidden, projector_dim], synchronized_bn=sync, name="predictor")
+        o, sync = self.method_options, self.synchronized_bn
+        self.projector = self.conditioned(mlp([o.projector_dim] * o.projector_layers, last_bn=True,
+                                              synchronized_bn=sync, name="projector"))
+        self.predictor = mlp([o.predictor_hidden, o.projector_dim], synchronized_bn=sync, name="predictor")
 
     def build_heads(self, feature_dim: int) -> None:
         self.predictor(self.projector(tf.zeros([2, feature_dim])))

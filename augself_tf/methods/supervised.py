@@ -6,9 +6,11 @@ STL10's `unlabelled` split) are left out of the mean; the AugSelf heads still se
 
 from __future__ import annotations
 
+import dataclasses
+
 import tensorflow as tf
 
-from augself_tf.methods.base import AugSelfModel
+from augself_tf.methods.augself_model import AugSelfModel
 from augself_tf.models.torch_init import Linear
 
 
@@ -29,8 +31,13 @@ class Supervised(AugSelfModel):
     method_name = "supervised"
     needs_labels = True
 
-    def __init__(self, backbone, *, num_classes: int, **kwargs) -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        num_classes: int | None = None  # the training loop's: the pretraining data's classes
+
+    def __init__(self, backbone, **kwargs) -> None:
         super().__init__(backbone, **kwargs)
+        num_classes = self.method_options.num_classes
         if num_classes is None or num_classes < 1:
             raise ValueError(f"supervised pretraining needs num_classes >= 1, got {num_classes}")
         self.num_classes = int(num_classes)

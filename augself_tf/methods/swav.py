@@ -16,9 +16,12 @@ exactly frozen.
 
 from __future__ import annotations
 
+import dataclasses
+
 import tensorflow as tf
 
-from augself_tf.methods.base import AugSelfModel
+from augself_tf.flag_fields import option
+from augself_tf.methods.augself_model import AugSelfModel
 from augself_tf.models.resnet import mlp
 from augself_tf.models.torch_init import Linear
 
@@ -70,30 +73,29 @@ class SwAV(AugSelfModel):
     """
 
     method_name = "swav"
-    option_help = {
-        "projector_hidden": "Projector hidden size (SwAV on STL10: 2048)",
-        "projector_dim": "Projector output size",
-        "num_prototypes": "SwAV prototypes",
-        "sinkhorn_epsilon": "SwAV Sinkhorn-Knopp ε",
-        "sinkhorn_iterations": "SwAV Sinkhorn-Knopp iterations",
-        "temperature": "Softmax temperature (SwAV: 0.1)",
-        "freeze_prototypes_steps": "SwAV: steps with frozen prototypes (-1 = the first epoch)",
-    }
 
-    def __init__(self, backbone, *, projector_hidden: int = 2048, projector_dim: int = 128,
-                 num_prototypes: int = 100, sinkhorn_epsilon: float = 0.05, sinkhorn_iterations: int = 3,
-                 temperature: float = 0.1, freeze_prototypes_steps: int = -1, steps_per_epoch: int | None = None,
-                 **kwargs) -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        projector_hidden: int = option(2048, "Projector hidden size")
+        projector_dim: int = option(128, "Projector output size")
+        num_prototypes: int = option(100, "SwAV prototypes")
+        sinkhorn_epsilon: float = option(0.05, "SwAV Sinkhorn-Knopp ε")
+        sinkhorn_iterations: int = option(3, "SwAV Sinkhorn-Knopp iterations")
+        temperature: float = option(0.1, "Softmax temperature of the loss")
+        freeze_prototypes_steps: int = option(-1, "SwAV: steps with frozen prototypes (-1 = the first epoch)")
+        steps_per_epoch: int | None = None  # the training loop's
+
+    def __init__(self, backbone, **kwargs) -> None:
         super().__init__(backbone, **kwargs)
-        self.epsilon = float(sinkhorn_epsilon)
-        self.sinkhorn_iterations = int(sinkhorn_iterations)
-        self.temperature = float(temperature)
-        if freeze_prototypes_steps < 0:
-            freeze_prototypes_steps = steps_per_epoch or 0
-        self.freeze_prototypes_steps = int(freeze_prototypes_steps)
-        self.projector = self.conditioned(mlp([projector_hidden, projector_dim], synchronized_bn=self.synchronized_bn,
-                                              name="projector"))
-        self.prototypes = Linear(num_prototypes, use_bias=False, name="prototypes")
+        o = self.method_options
+        self.epsilon = float(o.sinkhorn_epsilon)
+        self.sinkhorn_iterations = int(o.sinkhorn_iterations)
+        self.temperature = float(o.temperature)
+        freeze = o.freeze_prototypes_steps if o.freeze_prototypes_steps >= 0 else (o.steps_per_epoch or 0)
+        self.freeze_prototypes_steps = int(freeze)
+        self.projector = self.conditioned(mlp([o.projector_hidden, o.projector_dim],
+                                              synchronized_bn=self.synchronized_bn, name="projector"))
+        self.prototypes = Linear(o.num_prototypes, use_bias=False, name="prototypes")
 
     def build_heads(self, feature_dim: int) -> None:
         self.prototypes(self.projector(tf.zeros([2, feature_dim])))

@@ -14,6 +14,11 @@ backward. Tracing costs (BN layers × graph size): py-spy put ~75 s of a 150 s t
 ends those walks, and the gradient Keras would give (the all-reduced upstream gradient) comes from a
 custom gradient whose walk stops at its own inputs. Values and gradients are unchanged (tested against
 one device on the same global batch).
+
+Unsynchronized training of NHWC or (N, C) inputs runs TF's fused kernel (`FusedBatchNormV3`), which already
+returns the unbiased batch variance PyTorch's running statistics take; Keras 3 composes BN from moments and
+elementwise ops; the fused kernel and its gradient take ~11% off the CPU of a ResNet-18 SimSiam step
+(docs/benchmarks.md §5.6).
 """
 
 from __future__ import annotations
@@ -77,11 +82,41 @@ class BatchNorm(keras.layers.BatchNormalization):
         count = tf.cast(tf.reduce_prod(tf.gather(tf.shape(inputs), axes)), tf.float32)
         return mean, variance, count
 
+    def _fusable(self, inputs: tf.Tensor) -> bool:
+        """Whether the fused kernel computes this layer's training step: local statistics over every axis but
+        the last, of a rank-2 or rank-4 input."""
+        rank = inputs.shape.rank
+        ctx = tf.distribute.get_replica_context()
+        synced = self.sync_replicas and ctx is not None and ctx.num_replicas_in_sync > 1
+        return not synced and rank in (2, 4) and self.axis in (-1, rank - 1)
+
+    def _fused_training_call(self, inputs: tf.Tensor) -> tf.Tensor:
+        """Normalise with the batch statistics and update the moving ones through `FusedBatchNormV3`: float32
+        statistics for any input dtype, the unbiased variance returned as PyTorch's running variance takes it."""
+        x = inputs if inputs.shape.rank == 4 else inputs[:, None, None, :]
+        channels = x.shape[-1]
+        scale = tf.cast(self.gamma, tf.float32) if self.scale else tf.ones([channels], tf.float32)
+        offset = tf.cast(self.beta, tf.float32) if self.center else tf.zeros([channels], tf.float32)
+        if x.dtype not in (tf.float16, tf.bfloat16, tf.float32):
+            x = tf.cast(x, tf.float32)
+        y, mean, unbiased, _, _, _ = tf.raw_ops.FusedBatchNormV3(
+            x=x, scale=scale, offset=offset, mean=tf.zeros([0]), variance=tf.zeros([0]),
+            epsilon=self.epsilon, is_training=True, data_format="NHWC",
+        )
+        m = self.momentum
+        self.moving_mean.assign(tf.cast(self.moving_mean, tf.float32) * m + mean * (1.0 - m))
+        self.moving_variance.assign(tf.cast(self.moving_variance, tf.float32) * m + unbiased * (1.0 - m))
+        if inputs.shape.rank == 2:
+            y = y[:, 0, 0, :]
+        return tf.cast(y, self.compute_dtype)
+
     def call(self, inputs, training=None, mask=None):
         if not (training and self.trainable):
             return super().call(inputs, training=training, mask=mask)
         if mask is not None:
             raise ValueError("BatchNorm does not support masks in training")
+        if self._fusable(inputs):
+            return self._fused_training_call(inputs)
         x = tf.cast(inputs, keras.backend.result_type(inputs.dtype, "float32"))
         mean, variance, count = self._statistics(x)
         unbiased = variance * tf.cast(count / tf.maximum(count - 1.0, 1.0), variance.dtype)

@@ -8,18 +8,22 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 import keras
 import tensorflow as tf
 
 from augself_tf.augment import PHOTOMETRIC_MODES, finish_views
 from augself_tf.data.pretrain import make_pair_dataset
+from augself_tf.data.source_base import IMAGENET_MEAN, IMAGENET_STD
 from augself_tf.data.sources import load_source, source_info
 from augself_tf.export.saved_model import export_backbone
 from augself_tf.methods import METHODS, build_method
-from augself_tf.methods.base import AugSelfModel
+from augself_tf.methods.augself_model import AugSelfModel, PretrainData
 from augself_tf.models.resnet import build_backbone
 from augself_tf.progress import Progress
+from augself_tf.runtime.determinism import make_deterministic
+from augself_tf.runtime.strategy import is_chief, make_strategy
 from augself_tf.training import summaries
 from augself_tf.training.checkpoints import (
     check_run_settings,
@@ -27,12 +31,10 @@ from augself_tf.training.checkpoints import (
     restore,
     training_state,
 )
-from augself_tf.training.config import TrainConfig
-from augself_tf.training.determinism import make_deterministic
 from augself_tf.training.hparams import write_run_hparams
 from augself_tf.training.monitors import build_monitors, plan_monitors
 from augself_tf.training.optim import build_optimizer
-from augself_tf.training.strategy import is_chief, make_strategy
+from augself_tf.training.train_config import TrainConfig
 
 
 class NonFiniteLossError(RuntimeError):
@@ -120,14 +122,48 @@ def resolve_photometric(mode: str) -> str:
     return "device" if accelerators else "host"
 
 
-def default_queue_size(num_examples: int, global_batch: int, paper_size: int = 65536) -> int:
-    """The paper's 65536 keys (0.62× STL10's 105k images), capped at ~0.6× smaller datasets.
+def build_model(
+    cfg: TrainConfig,
+    strategy: tf.distribute.Strategy,
+    data: PretrainData,
+    input_mean: tuple[float, ...] | None = None,
+    input_std: tuple[float, ...] | None = None,
+    log: Callable[[str], None] = lambda _m: None,
+) -> AugSelfModel:
+    """The run's model under ``strategy``'s scope, compiled with its optimizer, every variable built.
 
-    A queue longer than the dataset fills with stale keys of the very images being contrasted: on 3.5k
-    images the MoCo loss then rises during training instead of falling (measured; see docs/results.md).
+    The backbone and method of ``cfg`` (the method's options completed from ``data`` by the method itself,
+    :meth:`~augself_tf.methods.augself_model.AugSelfModel.complete_options`), built at the views' size, with the
+    batch-scaled SGD of ``cfg.lr`` and ``cfg.weight_decay`` over ``data.total_steps``. The backbone normalises
+    its input with ``input_mean`` / ``input_std`` (default: ``cfg``'s, else ImageNet's statistics). The
+    benchmarks time the step of this model (bench/common.py).
     """
-    cap = max(global_batch, int(0.6 * num_examples) // global_batch * global_batch)
-    return min(paper_size, cap)
+    if input_mean is None or input_std is None:
+        input_mean, input_std = cfg.input_statistics(IMAGENET_MEAN, IMAGENET_STD)
+    replicas = strategy.num_replicas_in_sync
+    with strategy.scope():
+        backbone = build_backbone(cfg.backbone, cfg.width, synchronized_bn=replicas > 1, input_mean=input_mean,
+                                  input_std=input_std)
+        options = METHODS.get(cfg.method, AugSelfModel).complete_options(cfg.method_options, data, log)
+        model = build_method(
+            cfg.method,
+            backbone,
+            options=options,
+            augself=cfg.augself,
+            augself_weight=cfg.augself_weight,
+            condition=cfg.condition,
+            condition_width=cfg.condition_width,
+            condition_depth=cfg.condition_depth,
+            synchronized_bn=replicas > 1,
+            augment=cfg.augment,
+        )
+        model.build_all(cfg.augment.image_size)
+        optimizer = build_optimizer(cfg.lr, cfg.batch_size, data.total_steps, mixed_precision=cfg.mixed_precision,
+                                    weight_decay=cfg.weight_decay,
+                                    constant_lr_variables=model.constant_lr_variables())
+        model.compile(optimizer=optimizer)
+        optimizer.build(model.optimized_variables())
+    return model
 
 
 def _log(cfg: TrainConfig, msg: str) -> None:
@@ -163,7 +199,6 @@ def train(cfg: TrainConfig) -> TrainResult:
     total_steps = steps_per_epoch * cfg.epochs
     if cfg.max_steps:
         total_steps = min(total_steps, cfg.max_steps)
-    needs_labels_ok = info.num_classes is not None and info.num_classes > 0
     monitor_plan = plan_monitors(cfg, info.num_examples)  # bad monitor flags fail before the model is built
 
     input_mean, input_std = cfg.input_statistics(info.mean, info.std)
@@ -173,38 +208,11 @@ def train(cfg: TrainConfig) -> TrainResult:
     ckpt_dir = os.path.join(write_dir, "checkpoints")
     tb_dir = os.path.join(model_dir, "tensorboard")
 
+    data = PretrainData(cfg.dataset, info.num_examples, max(0, info.num_classes or 0), cfg.batch_size, total_steps,
+                        steps_per_epoch)
+    model = build_model(cfg, strategy, data, input_mean, input_std, log=lambda msg: _log(cfg, msg))
+    optimizer = model.optimizer
     with strategy.scope():
-        backbone = build_backbone(cfg.backbone, cfg.width, synchronized_bn=replicas > 1, input_mean=input_mean,
-                                  input_std=input_std)
-        options = dict(cfg.method_options)
-        if METHODS.get(cfg.method, AugSelfModel).needs_labels:
-            if not needs_labels_ok:
-                raise ValueError(f"method '{cfg.method}' needs class labels; '{cfg.dataset}' has none")
-            options.setdefault("num_classes", info.num_classes)
-        options.setdefault("total_steps", total_steps)
-        options.setdefault("steps_per_epoch", steps_per_epoch)  # SwAV freezes its prototypes for one epoch
-        if options.get("queue_size") is None and "queue_size" in getattr(METHODS.get(cfg.method), "options", {}):
-            options["queue_size"] = default_queue_size(info.num_examples, cfg.batch_size)
-            _log(cfg, f"MoCo queue: {options['queue_size']} keys for {info.num_examples} images "
-                      "(set --queue_size to override; the paper's flagfiles set 65536)")
-        model = build_method(
-            cfg.method,
-            backbone,
-            options=options,
-            augself=cfg.augself,
-            augself_weight=cfg.augself_weight,
-            condition=cfg.condition,
-            condition_width=cfg.condition_width,
-            condition_depth=cfg.condition_depth,
-            synchronized_bn=replicas > 1,
-            augment=cfg.augment,
-        )
-        model.build_all(cfg.augment.image_size)
-        optimizer = build_optimizer(cfg.lr, cfg.batch_size, total_steps, mixed_precision=cfg.mixed_precision,
-                                    weight_decay=cfg.weight_decay,
-                                    constant_lr_variables=model.constant_lr_variables())
-        model.compile(optimizer=optimizer)
-        optimizer.build(model.optimized_variables())
         state = training_state(model, optimizer)
         checkpoint = make_checkpoint(model, optimizer)
     manager = tf.train.CheckpointManager(checkpoint, ckpt_dir, max_to_keep=cfg.keep_checkpoints)

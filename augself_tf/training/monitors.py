@@ -22,12 +22,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from augself_tf.data import catalog
+from augself_tf.data.eval_view import CHANNEL_PERMUTATIONS, preprocess
 from augself_tf.data.sources import SourceInfo, load_source, source_info
-from augself_tf.evaluation.preprocessing import CHANNEL_PERMUTATIONS, preprocess
 from augself_tf.training.knn import weighted_knn_accuracy
 
 if TYPE_CHECKING:
-    from augself_tf.training.config import TrainConfig
+    from augself_tf.training.train_config import TrainConfig
 
 QUERY_SPLITS = ("test", "validation", "val")  # the first one a source has is the default query split
 PERMUTATION = "permutation"  # the label colorperm predicts: index into CHANNEL_PERMUTATIONS
@@ -89,15 +90,16 @@ def parse_monitors(text: str, info: SourceInfo) -> tuple[Monitor, ...]:
 
 
 def monitor_splits(text: str | None, spec: str, data_dir: str | None) -> tuple[str, str]:
-    """(bank split, query split): ``BANK,QUERY`` as given, or by default ``train`` and the first of
-    :data:`QUERY_SPLITS` the source has."""
+    """(bank split, query split): ``BANK,QUERY`` as given, or by default ``train`` and the first the source has
+    of the dataset's test split (the catalog's: tfds ``food101`` tests on ``validation``) and :data:`QUERY_SPLITS`."""
     if text:
         parts = [p.strip() for p in text.split(",")]
         if len(parts) != 2 or not all(parts):
             raise ValueError(f"--monitor_splits must be BANK,QUERY (e.g. train,test), got {text!r}")
         return parts[0], parts[1]
     have = source_info(spec, "train", data_dir=data_dir).splits
-    query = next((s for s in QUERY_SPLITS if s in have), None)
+    facts = catalog.lookup(spec)
+    query = next((s for s in ((facts.test_split,) if facts else ()) + QUERY_SPLITS if s in have), None)
     if query is None:
         raise ValueError(f"dataset {spec!r} has no {'/'.join(QUERY_SPLITS)} split to monitor on; "
                          "set --monitor_splits=BANK,QUERY or --monitor=none")

@@ -26,10 +26,11 @@ from augself_tf.evaluation.protocols import (
     robustness,
     rotation,
 )
-from augself_tf.evaluation.protocols.base import Protocol, Records
+from augself_tf.evaluation.protocols.protocol import Protocol, Records
+from augself_tf.registries import Registry
 
 #: Every protocol by name, in the order ``--protocol all`` runs them and the table lists them.
-PROTOCOLS: dict[str, Protocol] = {
+PROTOCOLS: Registry[Protocol] = Registry("protocol", {
     "linear": linear.PROTOCOL,
     "fewshot": fewshot.PROTOCOL,
     "localization": localization.PROTOCOL,
@@ -40,7 +41,7 @@ PROTOCOLS: dict[str, Protocol] = {
     "colorinfo": colorinfo.PROTOCOL,
     "robustness": robustness.PROTOCOL,
     "finetune": finetune.PROTOCOL,
-}
+})
 
 __all__ = ["PROTOCOLS", "Protocol", "Records", "all_protocols", "run_protocol", "unfit_reason"]
 

@@ -37,7 +37,7 @@ from augself_tf.evaluation.context import EvalContext
 from augself_tf.evaluation.errors import EvalError
 from augself_tf.evaluation.infonce import CriticOptions, infonce_bound
 from augself_tf.evaluation.loading import LoadedModel
-from augself_tf.evaluation.protocols.base import Protocol, Records
+from augself_tf.evaluation.protocols.protocol import Protocol, Records
 from augself_tf.evaluation.report import make_record
 from augself_tf.flag_fields import option
 

@@ -6,11 +6,11 @@ import dataclasses
 
 import numpy as np
 
-from augself_tf.evaluation import fewshot
+from augself_tf.evaluation import fewshot_episodes
 from augself_tf.evaluation.context import EvalContext
 from augself_tf.evaluation.datasets import fewshot_split
 from augself_tf.evaluation.loading import LoadedModel
-from augself_tf.evaluation.protocols.base import Protocol, Records
+from augself_tf.evaluation.protocols.protocol import Protocol, Records
 from augself_tf.evaluation.report import make_record
 from augself_tf.flag_fields import option
 
@@ -23,7 +23,7 @@ class FewshotOptions:
     shots: tuple[int, ...] = option((1, 5), "K values of K-shot episodes.")
     queries: int = option(16, "Query images per class per episode.")
     episodes: int = option(2000, "Episodes per (N, K).")
-    solver: str = option("newton", "Few-shot logistic-regression solver.", choices=fewshot.SOLVERS)
+    solver: str = option("newton", "Few-shot logistic-regression solver.", choices=fewshot_episodes.SOLVERS)
 
 
 def run(context: EvalContext, model: LoadedModel, dataset: str, options: FewshotOptions) -> Records:
@@ -34,7 +34,7 @@ def run(context: EvalContext, model: LoadedModel, dataset: str, options: Fewshot
     labels = pool.labels(s.label_key)
     out = []
     for shots in o.shots:
-        res = fewshot.fewshot_eval(
+        res = fewshot_episodes.fewshot_eval(
             pool.features, labels, ways=o.ways, shots=shots, queries=o.queries, episodes=o.episodes, seed=s.seed,
             solver=o.solver,
         )

@@ -1,6 +1,6 @@
 """``finetune``: backbone + linear classifier trained with L2SP (paper appendix, Table 10).
 
-The training machinery is :mod:`augself_tf.evaluation.finetune`; images are held in memory (use
+The training machinery is :mod:`augself_tf.evaluation.l2sp_finetune`; images are held in memory (use
 ``--max_examples`` on big datasets).
 """
 
@@ -12,10 +12,44 @@ import numpy as np
 
 from augself_tf.evaluation.context import EvalContext
 from augself_tf.evaluation.errors import EvalError
-from augself_tf.evaluation.finetune import FinetuneOptions, finetune_eval, total_steps
+from augself_tf.evaluation.l2sp_finetune import finetune_eval, total_steps
 from augself_tf.evaluation.loading import LoadedModel
-from augself_tf.evaluation.protocols.base import Protocol, Records
+from augself_tf.evaluation.protocols.protocol import Protocol, Records
 from augself_tf.evaluation.report import make_record
+from augself_tf.flag_fields import option
+
+
+@dataclasses.dataclass
+class FinetuneOptions:
+    """Knobs of fine-tuning (eval_main's ``--finetune_*`` flags).
+
+    Attributes:
+      alphas: α grid of the backbone's L2SP term.
+      lrs: learning-rate grid.
+      beta: β of the classifier's weight penalty.
+      steps: SGD steps per run.
+      batch_size: images per step.
+      trials: seeds of the final train+val runs.
+      momentum: SGD momentum.
+      head_init: ``zeros`` or ``probe`` (linear probe on frozen features as the starting classifier).
+      flip: random horizontal flips during fine-tuning.
+    """
+
+    alphas: tuple[float, ...] = option((0.001, 0.01, 0.1, 1.0), "L2SP alpha grid (backbone term).")
+    lrs: tuple[float, ...] = option((0.005, 0.01, 0.02), "Fine-tuning learning-rate grid.")
+    beta: float = option(0.01, "L2SP beta (classifier weights).")
+    steps: int = option(1000, "SGD steps per fine-tuning run.")
+    batch_size: int = option(64, "Images per fine-tuning step.")
+    trials: int = option(5, "Seeds of the final train+val runs (95% t-interval).")
+    momentum: float = 0.9
+    head_init: str = option("zeros", "Initial classifier.", choices=("zeros", "probe"))
+    flip: bool = True
+
+    def __post_init__(self) -> None:
+        if self.head_init not in ("zeros", "probe"):
+            raise EvalError(f"--finetune_head_init must be zeros or probe, got {self.head_init!r}")
+        if not self.alphas or not self.lrs or self.steps < 1 or self.trials < 1 or self.batch_size < 1:
+            raise EvalError("fine-tuning needs non-empty α and lr grids and positive steps, trials, batch size")
 
 
 def _images_labels(context: EvalContext, dataset: str, split: str, key: str) -> tuple[np.ndarray, ...]:

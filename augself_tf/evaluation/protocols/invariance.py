@@ -7,11 +7,11 @@ import time
 
 import numpy as np
 
-from augself_tf.evaluation import invariance
+from augself_tf.evaluation import view_similarity
 from augself_tf.evaluation.context import EvalContext
 from augself_tf.evaluation.errors import EvalError
 from augself_tf.evaluation.loading import LoadedModel
-from augself_tf.evaluation.protocols.base import Protocol, Records
+from augself_tf.evaluation.protocols.protocol import Protocol, Records
 from augself_tf.evaluation.report import make_record
 from augself_tf.flag_fields import option
 
@@ -35,12 +35,12 @@ def run(context: EvalContext, model: LoadedModel, dataset: str, options: Invaria
     original = context.features(model, dataset, plan.test)
     views = []
     for v in range(views_per_image):
-        fn = invariance.make_view_fn(s.image_size, s.seed, v, views_per_image)
+        fn = view_similarity.make_view_fn(s.image_size, s.seed, v, views_per_image)
         fs = context.features(model, dataset, plan.test, view=fn, view_name=f"aug{v}of{views_per_image}s{s.seed}")
         if not np.array_equal(fs.fields["index"], original.fields["index"]):
             raise EvalError("invariance: augmented views are not aligned with the originals")
         views.append(fs.features)
-    res = invariance.invariance_from_features(original.features, views)
+    res = view_similarity.invariance_from_features(original.features, views)
     return [make_record(
         model=model.name, protocol="invariance", dataset=dataset, metric="cosine", value=res.mean,
         ci95=res.ci95, n_test=res.images, seconds=time.perf_counter() - start,

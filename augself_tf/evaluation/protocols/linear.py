@@ -4,28 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from augself_tf.data.catalog import linear_metric
 from augself_tf.evaluation.context import EvalContext
 from augself_tf.evaluation.loading import LoadedModel
-from augself_tf.evaluation.logreg import METRICS
-from augself_tf.evaluation.protocols.base import Protocol, Records
+from augself_tf.evaluation.protocols.protocol import Protocol, Records
 from augself_tf.evaluation.report import make_record
 from augself_tf.flag_fields import option
-
-#: Datasets whose paper metric is mean per-class accuracy (tfds names and common aliases).
-MEAN_PER_CLASS_DATASETS: frozenset[str] = frozenset(
-    {"oxford_iiit_pet", "pets", "oxford_flowers102", "flowers", "caltech101", "aircraft", "fgvc_aircraft"}
-)
-
-
-def metric_for_dataset(dataset: str, requested: str = "auto") -> str:
-    """The paper's metric for ``dataset`` ("top1" or "mean_per_class") unless ``requested`` names one."""
-    if requested != "auto":
-        if requested not in METRICS:
-            raise ValueError(f"unknown linear metric {requested!r}: use auto, {', '.join(METRICS)}")
-        return requested
-    name = dataset.split(":", 1)[-1].rstrip("/").split("/")[-1].lower() if dataset else ""
-    base = dataset.lower().split("/")[0]
-    return "mean_per_class" if (base in MEAN_PER_CLASS_DATASETS or name in MEAN_PER_CLASS_DATASETS) else "top1"
 
 
 @dataclasses.dataclass
@@ -41,7 +25,7 @@ def run(context: EvalContext, model: LoadedModel, dataset: str, options: LinearO
     (split,) = context.train_val_test(model, dataset)
     train, val, test = split.train, split.val, split.test
     key = s.label_key
-    metric = metric_for_dataset(dataset, options.metric)
+    metric = linear_metric(dataset, options.metric)
     res = context.linear_probe(
         (train.features, train.labels(key)), (val.features, val.labels(key)), (test.features, test.labels(key)), metric
     )

@@ -6,11 +6,11 @@ import dataclasses
 
 import numpy as np
 
-from augself_tf.evaluation import localization, plots
+from augself_tf.evaluation import box_regression, plots
 from augself_tf.evaluation.context import EvalContext
 from augself_tf.evaluation.errors import EvalError
 from augself_tf.evaluation.loading import LoadedModel
-from augself_tf.evaluation.protocols.base import Protocol, Records
+from augself_tf.evaluation.protocols.protocol import Protocol, Records
 from augself_tf.evaluation.report import make_record
 
 
@@ -34,7 +34,7 @@ def run(context: EvalContext, model: LoadedModel, dataset: str, options: Localiz
     plan = context.splits(dataset)
     train = context.features(model, dataset, plan.train)
     test = context.features(model, dataset, plan.test, keep_images=True)
-    res = localization.localization_eval(train.features, train.fields["bbox"], test.features, test.fields["bbox"])
+    res = box_regression.localization_eval(train.features, train.fields["bbox"], test.features, test.fields["bbox"])
     rng = np.random.default_rng(context.settings.seed)
     shown = np.sort(rng.choice(len(res.test_rows), size=min(16, len(res.test_rows)), replace=False))
     path = plots.draw_boxes(

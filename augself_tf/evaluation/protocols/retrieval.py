@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from augself_tf.evaluation import plots, retrieval
+from augself_tf.evaluation import neighbours, plots
 from augself_tf.evaluation.context import EvalContext
 from augself_tf.evaluation.loading import LoadedModel
-from augself_tf.evaluation.protocols.base import Protocol, Records
+from augself_tf.evaluation.protocols.protocol import Protocol, Records
 from augself_tf.evaluation.report import make_record
 from augself_tf.flag_fields import option
 
@@ -26,7 +26,7 @@ def run(context: EvalContext, model: LoadedModel, dataset: str, options: Retriev
     plan = context.splits(dataset)
     test = context.features(model, dataset, plan.test, keep_images=True)
     labels = test.labels(s.label_key)
-    res = retrieval.retrieval_eval(test.features, labels, k=options.k, num_queries=options.queries, seed=s.seed)
+    res = neighbours.retrieval_eval(test.features, labels, k=options.k, num_queries=options.queries, seed=s.seed)
     path = plots.draw_retrieval(
         test.images, res.shown_queries, res.shown_neighbours, labels,
         context.figure_path(model, "retrieval", dataset),

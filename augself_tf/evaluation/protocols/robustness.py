@@ -1,7 +1,7 @@
 """``robustness``: a linear probe's accuracy under FGSM and weather corruptions (paper appendix, Table 11).
 
 The head is the linear protocol's probe on clean features (sweep on validation, refit on train+val);
-the perturbations and their maths are in :mod:`augself_tf.evaluation.robustness`.
+the perturbations and their maths are in :mod:`augself_tf.evaluation.perturbed_accuracy`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from augself_tf.evaluation import corruptions
 from augself_tf.evaluation.context import EvalContext
 from augself_tf.evaluation.errors import EvalError
 from augself_tf.evaluation.loading import LoadedModel
-from augself_tf.evaluation.protocols.base import Protocol, Records
+from augself_tf.evaluation.perturbed_accuracy import robustness_eval
+from augself_tf.evaluation.protocols.protocol import Protocol, Records
 from augself_tf.evaluation.report import make_record
-from augself_tf.evaluation.robustness import robustness_eval
 from augself_tf.flag_fields import option
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from augself_tf.evaluation.context import EvalContext
 from augself_tf.evaluation.loading import LoadedModel
-from augself_tf.evaluation.preprocessing import ROTATIONS
-from augself_tf.evaluation.protocols.base import Protocol, Records
+from augself_tf.evaluation.protocols.protocol import Protocol, Records
 from augself_tf.evaluation.protocols.transform_probe import NoOptions, transform_probe
 from augself_tf.evaluation.report import make_record
+from augself_tf.evaluation.transforms import ROTATIONS
 
 
 def run(context: EvalContext, model: LoadedModel, dataset: str, options: NoOptions) -> Records:

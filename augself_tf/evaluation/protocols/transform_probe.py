@@ -12,7 +12,7 @@ import numpy as np
 
 from augself_tf.evaluation.context import EvalContext
 from augself_tf.evaluation.loading import LoadedModel
-from augself_tf.evaluation.preprocessing import ImageTransform
+from augself_tf.evaluation.transforms import ImageTransform
 
 
 @dataclasses.dataclass

@@ -31,6 +31,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 import tensorflow as tf
@@ -38,41 +39,22 @@ import tensorflow as tf
 from augself_tf.evaluation import logreg
 from augself_tf.evaluation.errors import EvalError
 from augself_tf.evaluation.intervals import t_ci95
-from augself_tf.flag_fields import option
 from augself_tf.progress import Progress
 
 
-@dataclasses.dataclass
-class FinetuneOptions:
-    """Knobs of fine-tuning (eval_main's ``--finetune_*`` flags).
+class FinetuneSettings(Protocol):
+    """What fine-tuning reads of its options: the ``finetune`` protocol's ``FinetuneOptions`` dataclass
+    (:mod:`augself_tf.evaluation.protocols.finetune`, eval_main's ``--finetune_*`` flags) declares them."""
 
-    Attributes:
-      alphas: α grid of the backbone's L2SP term.
-      lrs: learning-rate grid.
-      beta: β of the classifier's weight penalty.
-      steps: SGD steps per run.
-      batch_size: images per step.
-      trials: seeds of the final train+val runs.
-      momentum: SGD momentum.
-      head_init: ``zeros`` or ``probe`` (linear probe on frozen features as the starting classifier).
-      flip: random horizontal flips during fine-tuning.
-    """
-
-    alphas: tuple[float, ...] = option((0.001, 0.01, 0.1, 1.0), "L2SP alpha grid (backbone term).")
-    lrs: tuple[float, ...] = option((0.005, 0.01, 0.02), "Fine-tuning learning-rate grid.")
-    beta: float = option(0.01, "L2SP beta (classifier weights).")
-    steps: int = option(1000, "SGD steps per fine-tuning run.")
-    batch_size: int = option(64, "Images per fine-tuning step.")
-    trials: int = option(5, "Seeds of the final train+val runs (95% t-interval).")
-    momentum: float = 0.9
-    head_init: str = option("zeros", "Initial classifier.", choices=("zeros", "probe"))
-    flip: bool = True
-
-    def __post_init__(self) -> None:
-        if self.head_init not in ("zeros", "probe"):
-            raise EvalError(f"--finetune_head_init must be zeros or probe, got {self.head_init!r}")
-        if not self.alphas or not self.lrs or self.steps < 1 or self.trials < 1 or self.batch_size < 1:
-            raise EvalError("fine-tuning needs non-empty α and lr grids and positive steps, trials, batch size")
+    alphas: tuple[float, ...]
+    lrs: tuple[float, ...]
+    beta: float
+    steps: int
+    batch_size: int
+    trials: int
+    momentum: float
+    head_init: str
+    flip: bool
 
 
 def l2sp_penalty(
@@ -110,12 +92,12 @@ class Finetuner:
     Args:
       path: SavedModel directory.
       num_classes: classifier outputs.
-      options: :class:`FinetuneOptions`.
+      options: :class:`FinetuneSettings`.
       input_name, output_key: the serving signature's image input and feature output.
       strategy: a ``tf.distribute`` strategy (default: the current one, i.e. one device).
     """
 
-    def __init__(self, path: str, num_classes: int, options: FinetuneOptions, input_name: str = "images",
+    def __init__(self, path: str, num_classes: int, options: FinetuneSettings, input_name: str = "images",
                  output_key: str = "features", strategy: tf.distribute.Strategy | None = None):
         self.options = options
         self.num_classes = num_classes
@@ -285,7 +267,7 @@ def _probe_head(ft: Finetuner, images: np.ndarray, labels: np.ndarray, num_class
     return m.coef.astype(np.float32), m.intercept.astype(np.float32)
 
 
-def total_steps(options: FinetuneOptions) -> int:
+def total_steps(options: FinetuneSettings) -> int:
     """SGD steps of :func:`finetune_eval`: every (α, lr) of the grid (none for a 1×1 grid), then the trials."""
     grid = len(options.alphas) * len(options.lrs)
     return options.steps * ((grid if grid > 1 else 0) + options.trials)
@@ -296,7 +278,7 @@ def finetune_eval(
     train: tuple[np.ndarray, np.ndarray],
     val: tuple[np.ndarray, np.ndarray],
     test: tuple[np.ndarray, np.ndarray],
-    options: FinetuneOptions | None = None,
+    options: FinetuneSettings,
     *,
     seed: int = 0,
     input_name: str = "images",
@@ -311,7 +293,7 @@ def finetune_eval(
     indices over the train+val labels (a test label never seen counts as an error). ``progress`` counts
     the steps of every run (its total: :func:`total_steps`).
     """
-    o = options or FinetuneOptions()
+    o = options
     start = time.perf_counter()
     classes = np.unique(np.concatenate([train[1], val[1]]))
     if len(classes) < 2:

@@ -11,7 +11,7 @@ constant-lr group are the optimizer's (:class:`augself_tf.training.optim.TorchSG
 from __future__ import annotations
 
 import dataclasses
-import inspect
+from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
 import keras
@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from augself_tf.augment import AugmentConfig, finish_views
 from augself_tf.augment.registry import AUGMENTATIONS
+from augself_tf.flag_fields import flag_fields, help_text
 from augself_tf.methods.conditioning import (
     DEFAULT_DEPTH,
     DEFAULT_WIDTH,
@@ -51,29 +52,32 @@ class Forward:
     aux: dict[str, tf.Tensor] = dataclasses.field(default_factory=dict)
 
 
+@dataclasses.dataclass(frozen=True)
+class PretrainData:
+    """What a method may derive its options from: the pretraining data and the run's length.
+
+    Attributes:
+      name: the dataset spec (for messages).
+      num_examples: images in the pretraining split.
+      num_classes: classes of its ``label`` (0 = unlabelled).
+      global_batch: the run's global batch size.
+      total_steps, steps_per_epoch: the run's length.
+    """
+
+    name: str
+    num_examples: int
+    num_classes: int
+    global_batch: int
+    total_steps: int
+    steps_per_epoch: int
+
+
 class Losses(NamedTuple):
     """`compute_losses`' result: the total loss, every scalar to log, and the forward pass behind them."""
 
     total: tf.Tensor
     logs: dict[str, tf.Tensor]
     forward: Forward
-
-
-def declared_options(cls: type) -> dict[str, tuple[Any, str]]:
-    """{name: (default, help)} of the `option_help` names, each default read from `cls.__init__`'s signature.
-
-    Raises:
-      TypeError: an `option_help` name that is not a keyword argument with a default of `cls.__init__`.
-    """
-    parameters = inspect.signature(cls.__init__).parameters
-    options = {}
-    for name, help_text in cls.option_help.items():
-        parameter = parameters.get(name)
-        if parameter is None or parameter.default is inspect.Parameter.empty:
-            raise TypeError(f"{cls.__name__}.option_help lists '{name}', which is not a keyword argument with a "
-                            f"default of {cls.__name__}.__init__")
-        options[name] = (parameter.default, help_text)
-    return options
 
 
 class AugSelfModel(keras.Model):
@@ -90,6 +94,7 @@ class AugSelfModel(keras.Model):
       condition: descriptors (keys of ``registry.DESCRIPTORS``) each view's projector is conditioned on
         (CASSLE, `augself_tf.methods.conditioning`); () = none, the plain method.
       condition_width / condition_depth: the ω-embedding MLP's units per layer and linear layers.
+      options: the method's ``Options`` (default: ``Options()``), kept as ``self.method_options``.
 
     Conditioning: a method wraps the head that reads the features in ``self.conditioned(...)`` (identity when
     ``condition`` is empty) and gets [f, d] instead of f in ``method_loss`` — ``head_input`` — where d is the
@@ -98,16 +103,45 @@ class AugSelfModel(keras.Model):
     """
 
     method_name = "none"
-    #: help text of each constructor argument exposed as a train_main flag; the default is the signature's.
-    option_help: ClassVar[dict[str, str]] = {}
-    #: name -> (default, help) of those flags, derived from `option_help` and `__init__` for every subclass.
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        """The method's options: each `option` field is a train_main flag (``--<field>``, ``None`` when unset, so
+        the default here applies); plain fields are values the training loop passes (``total_steps``, ...)."""
+
+    #: name -> (default, help) of the Options' flags; derived for every subclass (read-only).
     options: ClassVar[dict[str, tuple[Any, str]]] = {}
     #: whether the method's loss needs class labels in the batch (supervised pretraining).
     needs_labels = False
 
+    @classmethod
+    def complete_options(
+        cls, options: dict[str, Any], data: PretrainData, log: Callable[[str], None] = lambda _m: None
+    ) -> dict[str, Any]:
+        """The constructor options of a run: ``options`` (its flags) completed from the pretraining ``data``.
+
+        Every method is offered ``total_steps`` and ``steps_per_epoch`` (BYOL's τ schedule, SwAV's first epoch
+        with frozen prototypes); one that `needs_labels` gets the data's ``num_classes``. A method that derives
+        more from the data overrides this (MoCo sizes its queue); ``log`` reports what was derived.
+
+        Raises:
+          ValueError: a method that needs class labels on data without them.
+        """
+        del log
+        options = dict(options)
+        if cls.needs_labels:
+            if not data.num_classes:
+                raise ValueError(f"method '{cls.method_name}' needs class labels; '{data.name}' has none")
+            options.setdefault("num_classes", data.num_classes)
+        options.setdefault("total_steps", data.total_steps)
+        options.setdefault("steps_per_epoch", data.steps_per_epoch)
+        return options
+
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        cls.options = declared_options(cls)
+        if not dataclasses.is_dataclass(cls.Options):
+            raise TypeError(f"{cls.__name__}.Options must be a dataclass")
+        cls.options = {f.name: (f.default, help_text(f)) for f in flag_fields(cls.Options)}
 
     def __init__(
         self,
@@ -119,9 +153,14 @@ class AugSelfModel(keras.Model):
         condition: tuple[str, ...] = (),
         condition_width: int = DEFAULT_WIDTH,
         condition_depth: int = DEFAULT_DEPTH,
+        options: Any = None,
         **kwargs,
     ) -> None:
         super().__init__(name=kwargs.pop("name", self.method_name), **kwargs)
+        self.method_options = self.Options() if options is None else options
+        if not isinstance(self.method_options, self.Options):
+            raise TypeError(f"options of {type(self).__name__} must be a {type(self).__name__}.Options, got "
+                            f"{type(options).__name__}")
         unknown = [a for a in augself if a not in AUGMENTATIONS]
         if unknown:
             raise ValueError(f"unknown AugSelf augmentation {unknown[0]!r}; choose from {', '.join(AUGMENTATIONS)}")

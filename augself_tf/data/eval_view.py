@@ -1,15 +1,13 @@
-"""The evaluation view of an image, and the transforms the probes apply to it.
+"""The evaluation view of an image: what evaluation and the training monitors show a backbone.
 
 Preprocessing is the paper's (appendix "Evaluation protocol"): resize the shorter side to S (bicubic,
 antialiased, as torchvision's ``Resize(S, BICUBIC)``), centre-crop S×S, float32 in [0, 1]. Boxes
 (``bbox``: ymin, xmin, ymax, xmax fractions of the original image) are re-expressed in the frame of the
-crop the model sees (clipped to it).
+crop the model sees (clipped to it). :data:`CHANNEL_PERMUTATIONS` are the six RGB orders the colour
+probes (evaluation's ``colorperm``, the ``colorperm`` monitor) classify.
 """
 
 from __future__ import annotations
-
-import dataclasses
-from collections.abc import Callable
 
 import tensorflow as tf
 
@@ -106,33 +104,3 @@ def bbox_to_crop_frame(bbox: tf.Tensor, height: tf.Tensor, width: tf.Tensor, siz
 CHANNEL_PERMUTATIONS: tuple[tuple[int, int, int], ...] = (
     (0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0),
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class ImageTransform:
-    """A named transform of preprocessed images (one image [S, S, 3] or a batch [N, S, S, 3]).
-
-    The name keys the feature cache and names the probe's classes in the records (``rot1``, ``perm4``).
-    """
-
-    name: str
-    apply: Callable[[tf.Tensor], tf.Tensor] = dataclasses.field(compare=False, repr=False)
-
-    def __call__(self, images: tf.Tensor) -> tf.Tensor:
-        return self.apply(images)
-
-
-def rotation(k: int) -> ImageTransform:
-    """Rotation by k·90° counter-clockwise, named ``rot{k}``."""
-    return ImageTransform(f"rot{k}", lambda images: tf.image.rot90(images, k=k))
-
-
-def channel_order(i: int) -> ImageTransform:
-    """RGB channels reordered as ``CHANNEL_PERMUTATIONS[i]``, named ``perm{i}``."""
-    perm = list(CHANNEL_PERMUTATIONS[i])
-    return ImageTransform(f"perm{i}", lambda images: tf.gather(images, perm, axis=-1))
-
-
-#: The rotation probe's classes and the colour-permutation probe's classes, in class order.
-ROTATIONS: tuple[ImageTransform, ...] = tuple(rotation(k) for k in range(4))
-CHANNEL_ORDERS: tuple[ImageTransform, ...] = tuple(channel_order(i) for i in range(len(CHANNEL_PERMUTATIONS)))

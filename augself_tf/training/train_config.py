@@ -1,8 +1,10 @@
 """The settings of one pretraining run, each with its default and its help text written once.
 
 The defaults are a small CPU run on the embedded ``shapes`` data (a few minutes on two cores); the paper's
-settings live in the flagfiles under flags/. train_main.py defines one flag per field made with `option`
-(augself_tf/flag_fields.py), with that default and that help, so a field added here is a flag there.
+settings live in the flagfiles under flags/. augself-train's flags are generated (`define_train_flags`): one
+per `option` field (augself_tf/flag_fields.py) of `TrainConfig` and of its `AugmentConfig`, one per
+augmentation probability the registry declares, and one per method option name (`augself_tf.methods`);
+`config_from_flags` assembles the `TrainConfig` back from them. A field added here is a flag there.
 """
 
 from __future__ import annotations
@@ -10,15 +12,25 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
+from typing import Any
 
-from augself_tf.augment.config import AugmentConfig
+from augself_tf.augment import registry
+from augself_tf.augment.augment_config import AugmentConfig
 from augself_tf.augment.pipeline import PHOTOMETRIC_MODES
-from augself_tf.flag_fields import option
-from augself_tf.methods import METHODS
+from augself_tf.flag_fields import (
+    define_flag,
+    define_flags,
+    flag_fields,
+    flag_value,
+    names_text,
+    option,
+    values_from_flags,
+)
+from augself_tf.methods import METHODS, define_method_flags, method_options_from_flags
 from augself_tf.methods.conditioning import DEFAULT_DEPTH, DEFAULT_WIDTH
 from augself_tf.models.resnet import BACKBONES
+from augself_tf.runtime.strategy import STRATEGIES
 from augself_tf.training.knn import DEFAULT_K, DEFAULT_TEMPERATURE
-from augself_tf.training.strategy import STRATEGIES
 
 # What a run on the embedded data needs; the paper's 96 px (STL10) and 224 px (ImageNet100) are in flags/.
 CPU_IMAGE_SIZE = 32
@@ -26,17 +38,23 @@ CPU_IMAGE_SIZE = 32
 
 @dataclasses.dataclass
 class TrainConfig:
-    """Everything one pretraining run needs (train_main.py fills it from flags of the same names).
+    """Everything one pretraining run needs (`config_from_flags` fills it from flags of the same names).
 
-    Fields made with `option` are flags; the rest are assembled by train_main (``augself``, ``condition``,
-    ``augment``, ``method_options``) or are for programs and tests (``verbose``, ``on_step``).
+    Fields made with `option` are flags; ``augment`` holds the augmentation settings (`AugmentConfig`'s own
+    option fields and probabilities are flags too), ``method_options`` the method-option flags ({name: value},
+    None where unset); ``verbose`` and ``on_step`` are for programs and tests.
     """
 
     method: str = option("moco", "Invariance objective ('none' = AugSelf alone).", choices=tuple(METHODS))
-    augself: tuple[str, ...] = ("crop", "color")
+    augself: tuple[str, ...] = option(
+        ("crop", "color"), lambda: f"Comma-separated ω to predict ({', '.join(registry.AUGSELF_CHOICES)}); '' or "
+                                   "'none' turns AugSelf off.", parse=registry.parse_augself, text=names_text)
     augself_weight: float = option(1.0, "λ: total = L_method + λ·Σ L_aug (paper: 1.0 STL10, 0.5 ImageNet100).")
     # CASSLE: descriptors of each view's augmentations that its projector reads (registry.DESCRIPTORS); () = off.
-    condition: tuple[str, ...] = ()
+    condition: tuple[str, ...] = option(
+        (), lambda: "Comma-separated augmentation descriptors each view's projector is conditioned on (CASSLE; "
+                    f"{', '.join(registry.CONDITION_CHOICES)}); '' or 'none' turns conditioning off.",
+        parse=registry.parse_condition, text=names_text)
     condition_width: int = option(DEFAULT_WIDTH, "Units per layer of the --condition ω-embedding MLP (CASSLE: 64).")
     condition_depth: int = option(DEFAULT_DEPTH, "Linear layers of the --condition ω-embedding MLP (CASSLE: 6).")
     dataset: str = option("shapes", "'shapes' (embedded), a tfds name (stl10, ...) or folder:PATH.")
@@ -51,8 +69,8 @@ class TrainConfig:
                                          "pretraining data's; STL10 0.27,0.26,0.27, else ImageNet's "
                                          "0.229,0.224,0.225).")
     augment: AugmentConfig = dataclasses.field(default_factory=lambda: AugmentConfig(image_size=CPU_IMAGE_SIZE))
-    batch_size: int = option(256, "GLOBAL batch size (split over replicas).")
-    epochs: int = option(10, "Training epochs.")
+    batch_size: int = option(256, "GLOBAL batch size (split over replicas).", minimum=1)
+    epochs: int = option(10, "Training epochs.", minimum=1)
     max_steps: int | None = option(None, "Stop after this many steps in total (smoke runs, benchmarks).")
     lr: float = option(0.03, "Base learning rate, scaled by batch/256.")
     weight_decay: float = option(5e-4, "Coupled L2 coefficient (PyTorch SGD semantics).")
@@ -111,6 +129,48 @@ class TrainConfig:
         suffix = f"_augself_{'_'.join(self.augself)}" if self.augself else ""
         suffix += f"_condition_{'_'.join(self.condition)}" if self.condition else ""
         return os.path.join("runs", self.method + suffix)
+
+
+def define_train_flags(flag_values: Any, module_name: str) -> None:
+    """Defines augself-train's flags on ``flag_values``, listed under ``module_name`` in ``--help``.
+
+    One per `option` field of `TrainConfig` and `AugmentConfig` (defaults from ``TrainConfig().augment``), one
+    per probability knob of the registered augmentations (unset: the knob's declared default, or its
+    ``when_predicted`` default when AugSelf predicts the step) and one per method option name.
+    """
+    define_flags("", TrainConfig, flag_values, module_name)
+    define_flags("", AugmentConfig, flag_values, module_name, defaults=TrainConfig().augment)
+    for knob in registry.probabilities():
+        shown = "" if knob.when_predicted is not None else f" (default {knob.default})"
+        define_flag(knob.field, float, None, knob.help + shown, flag_values, module_name)
+    define_method_flags(flag_values, module_name)
+
+
+def config_from_flags(flag_values: Any) -> TrainConfig:
+    """The run's `TrainConfig` from flags defined by `define_train_flags` and parsed.
+
+    Raises:
+      ValueError: a flag value no run can use (an unknown augmentation, a non-positive size, ...).
+    """
+    values = values_from_flags("", TrainConfig, flag_values)
+    augself = values["augself"]
+    probabilities = {
+        step.probability.field: step.probability.resolve(flag_values[step.probability.field].value,
+                                                         step.name in augself)
+        for step in registry.PIPELINE if step.probability is not None
+    }
+    augment = AugmentConfig(**values_from_flags("", AugmentConfig, flag_values), probabilities=probabilities)
+    return TrainConfig(**values, augment=augment, method_options=method_options_from_flags(flag_values))
+
+
+def flag_values_of(cfg: TrainConfig) -> dict[str, Any]:
+    """Every setting of a run by its flag's name, as the flag writes it (None where unset): the `option`
+    fields of `TrainConfig` and `AugmentConfig`, the probabilities and the method options (HParams)."""
+    values = {f.name: flag_value(f, getattr(cfg, f.name)) for f in flag_fields(TrainConfig)}
+    values.update({f.name: flag_value(f, getattr(cfg.augment, f.name)) for f in flag_fields(AugmentConfig)})
+    values.update({knob.field: cfg.augment.probability(knob.field) for knob in registry.probabilities()})
+    values.update(cfg.method_options)
+    return values
 
 
 def _three(flag: str, text: str | None, default: tuple[float, ...], positive: bool = False) -> tuple[float, ...]:

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from augself_tf.evaluation.errors import EvalError
 from augself_tf.evaluation.intervals import normal_ci95
-from augself_tf.evaluation.retrieval import l2_normalize
+from augself_tf.evaluation.neighbours import l2_normalize
 
 
 def make_view_fn(image_size: int, seed: int, view: int, views: int):

@@ -1,0 +1,82 @@
+"""The package's layout, read from its source (nothing is imported): unique module names, dependency directions."""
+
+from __future__ import annotations
+
+import ast
+import collections
+import os
+
+PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "augself_tf")
+
+def modules() -> dict[str, str]:
+    """Dotted module name -> file path, for every module of the package."""
+    out = {}
+    for root, _dirs, files in os.walk(PACKAGE):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(root, name)
+                rel = os.path.relpath(path, os.path.dirname(PACKAGE))[: -len(".py")].replace(os.sep, ".")
+                out[rel.removesuffix(".__init__")] = path
+    return out
+
+
+def imported_modules(module: str, path: str) -> set[str]:
+    """Every module ``module`` imports, at any depth of its code (function-level imports included)."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against the importing package
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)
+    return out
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_no_module_name_is_used_twice():
+    names = collections.defaultdict(list)
+    for module, path in modules().items():
+        if os.path.basename(path) != "__init__.py":  # a package's own name is its directory's
+            names[module.rsplit(".", 1)[-1]].append(module)
+    assert len(names["catalog"]) == 1  # the walk works
+    twins = {leaf: sorted(found) for leaf, found in names.items() if len(found) > 1}
+    assert not twins
+
+
+def test_dependencies_point_one_way():
+    """evaluation reads SavedModels and data, never training; data, models and runtime serve both programs."""
+    forbidden = {
+        "augself_tf.evaluation": ("augself_tf.training", "augself_tf.methods", "augself_tf.train"),
+        "augself_tf.evaluate": ("augself_tf.training", "augself_tf.methods", "augself_tf.train"),
+        "augself_tf.data": ("augself_tf.training", "augself_tf.evaluation", "augself_tf.methods"),
+        "augself_tf.runtime": ("augself_tf.training", "augself_tf.evaluation", "augself_tf.methods"),
+        "augself_tf.training.monitors": ("augself_tf.evaluation",),
+    }
+    found = modules()
+    assert "augself_tf.evaluation.context" in found and "augself_tf.data.catalog" in found  # the walk works
+    wrong = []
+    for module, path in found.items():
+        for owner, banned in forbidden.items():
+            if _within(module, owner):
+                wrong += [(module, name) for name in imported_modules(module, path)
+                          if any(_within(name, b) for b in banned)]
+    assert not wrong
+
+
+def test_the_import_reader_sees_imports_inside_functions(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("def f():\n    from augself_tf.training.strategy import x\n\nfrom . import sibling\n")
+    assert imported_modules("augself_tf.evaluation.m", str(path)) == {
+        "augself_tf.training.strategy", "augself_tf.training.strategy.x", "augself_tf.evaluation",
+        "augself_tf.evaluation.sibling",
+    }
