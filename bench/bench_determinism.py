@@ -2,10 +2,15 @@
 
     python bench/bench_determinism.py                      # BYOL, default width, batch 256, 19 steps
     python bench/bench_determinism.py --cpu_replicas=2     # the MirroredStrategy path on 2 logical CPUs
+    python bench/bench_determinism.py --matrix             # 2 replicas: {SimSiam, MoCo} x {host, device} x {128, 256}
 
 Each configuration trains twice from scratch into fresh directories, exports the backbone, and compares the
 two exports' features on one fixed batch (max relative difference; 0.0 means bit-identical). Wall time is
 per run, the same machine, in one invocation: compare the ratio, not the seconds.
+
+``--matrix`` runs only ``--deterministic`` on 2 logical CPU replicas (AugSelf{crop,color}, width 0.125, 32 px),
+the two runs of a configuration at once (each uses one thread per op), and compares every checkpointed tensor
+(weights, BN statistics, momentum buffers, MoCo's encoder and queue) besides the features.
 """
 
 from __future__ import annotations
@@ -41,16 +46,89 @@ def _features(saved_model: str) -> list:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _checkpoint_differences(dir_a: str, dir_b: str) -> tuple[int, int, float]:
+    """(tensors that differ, tensors compared, max relative difference) of two runs' last checkpoints."""
+    import numpy as np
+    import tensorflow as tf
+
+    a, b = (tf.train.load_checkpoint(os.path.join(d, "checkpoints")) for d in (dir_a, dir_b))
+    names = sorted(n for n in a.get_variable_to_shape_map() if "save_counter" not in n)
+    if names != sorted(n for n in b.get_variable_to_shape_map() if "save_counter" not in n):
+        raise RuntimeError(f"{dir_a} and {dir_b} hold different checkpoint keys")
+    differ, worst = 0, 0.0
+    for name in names:
+        x, y = a.get_tensor(name), b.get_tensor(name)
+        if not np.array_equal(x, y):
+            differ += 1
+            x, y = x.astype(np.float64), y.astype(np.float64)
+            worst = max(worst, float(np.max(np.abs(x - y)) / max(np.max(np.abs(x)), 1e-30)))
+    return differ, len(names), worst
+
+
+def run_matrix(opts: argparse.Namespace) -> dict:
+    """Two concurrent --deterministic 2-replica runs per configuration; checkpoints and features compared."""
+    import numpy as np
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for method in opts.methods.split(","):
+            for photometric in ("host", "device"):
+                for batch in (int(b) for b in opts.batch_sizes.split(",")):
+                    name = f"{method}-{photometric}-{batch}"
+                    args = [f"--method={method}", "--augself=crop,color", f"--photometric={photometric}",
+                            f"--batch_size={batch}", f"--max_steps={opts.max_steps}", "--width=0.125",
+                            "--image_size=32", f"--seed={opts.seed}", "--deterministic", "--cpu_replicas=2",
+                            "--strategy=mirrored", "--monitor=none", "--log_every=1000",
+                            f"--checkpoint_every={opts.max_steps}"]
+                    dirs = [os.path.join(tmp, f"{name}-{rep}") for rep in range(2)]
+                    t0 = time.perf_counter()
+                    procs = [subprocess.Popen([sys.executable, os.path.join(ROOT, "train_main.py"), f"--model_dir={d}",
+                                               *args], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")) for d in dirs]
+                    if any(p.wait() for p in procs):
+                        raise RuntimeError(f"{name}: a run failed")
+                    seconds = time.perf_counter() - t0
+                    differ, total, worst = _checkpoint_differences(*dirs)
+                    a, b = (np.asarray(_features(os.path.join(d, "saved_model"))) for d in dirs)
+                    row = {"config": name, "steps": opts.max_steps, "tensors_differing": differ,
+                           "tensors": total, "max_rel_checkpoint_diff": worst,
+                           "max_rel_feature_diff": float(np.max(np.abs(a - b)) / max(np.max(np.abs(a)), 1e-12)),
+                           "bit_identical": differ == 0 and bool(np.array_equal(a, b)),
+                           "seconds_for_both_runs": seconds}
+                    rows.append(row)
+                    print(f"| {name} | {opts.max_steps} | {differ}/{total} | {row['max_rel_feature_diff']:.1e} | "
+                          f"{'yes' if row['bit_identical'] else '**no**'} | {seconds:.0f} s |", flush=True)
+    return {"rows": rows, "all_bit_identical": all(r["bit_identical"] for r in rows)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--method", default="byol")
     parser.add_argument("--batch_size", type=int, default=256)
-    parser.add_argument("--max_steps", type=int, default=19)
+    parser.add_argument("--max_steps", type=int, default=None, help="Steps per run (default 19; --matrix: 8).")
     parser.add_argument("--cpu_replicas", type=int, default=1)
     parser.add_argument("--output", default=None, help="JSON file for the figures.")
+    parser.add_argument("--matrix", action="store_true", help="Bit-identity of 2-replica --deterministic runs over "
+                        "methods x photometric modes x batch sizes (ignores --method, --cpu_replicas).")
+    parser.add_argument("--methods", default="simsiam,moco", help="--matrix: comma list of methods.")
+    parser.add_argument("--batch_sizes", default="128,256", help="--matrix: comma list of global batch sizes.")
+    parser.add_argument("--seed", type=int, default=3, help="--matrix: the runs' --seed.")
     opts = parser.parse_args()
     import numpy as np
-    from common import machine_info
+    from common import machine_info, print_machine
+
+    if opts.max_steps is None:
+        opts.max_steps = 8 if opts.matrix else 19
+    if opts.matrix:
+        info = machine_info()
+        print_machine(info)
+        print("| configuration | steps | checkpoint tensors differing | max rel. feature diff | bit-identical | "
+              "wall (2 runs at once) |\n|---|---|---|---|---|---|", flush=True)
+        results = {"machine": info, "args": vars(opts), **run_matrix(opts)}
+        if opts.output:
+            with open(opts.output, "w") as f:
+                json.dump(results, f, indent=2)
+        sys.exit(0 if results["all_bit_identical"] else 1)
 
     base = [f"--method={opts.method}", f"--batch_size={opts.batch_size}", f"--max_steps={opts.max_steps}",
             f"--cpu_replicas={opts.cpu_replicas}", "--log_every=1000"]

@@ -1,4 +1,5 @@
-"""Bit-identical runs on CPU: deterministic kernels, no oneDNN, one thread per op and one op at a time."""
+"""Bit-identical runs on CPU: deterministic kernels, no oneDNN, one thread per op and one op at a time, no graph
+rewrites."""
 
 from __future__ import annotations
 
@@ -35,6 +36,13 @@ def make_deterministic() -> None:
     is the switch that matters; the CPU settings then only slow host-side work. Must run before TensorFlow
     executes its first op.
 
+    Grappler (TensorFlow's graph rewriter) is turned off too. A traced step is the same graph in every
+    process, but its rewrites of a multi-device step (constant folding, arithmetic rewrites) did not always
+    give the same program: with 2 replicas, two runs of one command computed the same per-replica gradients
+    yet applied updates that differed in the last bits from step 1 on, while one process rerunning its own
+    compiled step reproduced itself exactly (issue 25; docs/distributed.md). Without rewrites every process
+    runs the graph as traced.
+
     Raises:
       ValueError: when TensorFlow was loaded with oneDNN on, or has started with other thread settings.
     """
@@ -44,6 +52,7 @@ def make_deterministic() -> None:
             "(augself-train and augself-eval restart themselves with it)"
         )
     tf.config.experimental.enable_op_determinism()
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
     threading = tf.config.threading
     if threading.get_intra_op_parallelism_threads() == 1 and threading.get_inter_op_parallelism_threads() == 1:
         return
