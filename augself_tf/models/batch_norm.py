@@ -75,20 +75,28 @@ class BatchNorm(keras.layers.BatchNormalization):
     def _statistics(self, inputs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """Batch mean, biased variance and the number of values each channel's statistics average."""
         axes = list(self._reduction_axes)
-        ctx = tf.distribute.get_replica_context()
-        if self.sync_replicas and ctx is not None and ctx.num_replicas_in_sync > 1:
+        if self._synchronizing():
             return sync_moments(inputs, axes)
         mean, variance = keras.ops.moments(inputs, axes=axes)
         count = tf.cast(tf.reduce_prod(tf.gather(tf.shape(inputs), axes)), tf.float32)
         return mean, variance, count
 
+    def _synchronizing(self) -> bool:
+        """Whether this call's statistics are over several replicas."""
+        ctx = tf.distribute.get_replica_context()
+        return self.sync_replicas and ctx is not None and ctx.num_replicas_in_sync > 1
+
     def _fusable(self, inputs: tf.Tensor) -> bool:
         """Whether the fused kernel computes this layer's training step: local statistics over every axis but
         the last, of a rank-2 or rank-4 input."""
         rank = inputs.shape.rank
-        ctx = tf.distribute.get_replica_context()
-        synced = self.sync_replicas and ctx is not None and ctx.num_replicas_in_sync > 1
-        return not synced and rank in (2, 4) and self.axis in (-1, rank - 1)
+        return not self._synchronizing() and rank in (2, 4) and self.axis in (-1, rank - 1)
+
+    def _update_moving(self, mean: tf.Tensor, unbiased: tf.Tensor) -> None:
+        """PyTorch's running statistics: running ← momentum·running + (1 − momentum)·batch (unbiased variance)."""
+        m = self.momentum
+        self.moving_mean.assign(tf.cast(self.moving_mean, mean.dtype) * m + mean * (1.0 - m))
+        self.moving_variance.assign(tf.cast(self.moving_variance, unbiased.dtype) * m + unbiased * (1.0 - m))
 
     def _fused_training_call(self, inputs: tf.Tensor) -> tf.Tensor:
         """Normalise with the batch statistics and update the moving ones through `FusedBatchNormV3`: float32
@@ -103,9 +111,7 @@ class BatchNorm(keras.layers.BatchNormalization):
             x=x, scale=scale, offset=offset, mean=tf.zeros([0]), variance=tf.zeros([0]),
             epsilon=self.epsilon, is_training=True, data_format="NHWC",
         )
-        m = self.momentum
-        self.moving_mean.assign(tf.cast(self.moving_mean, tf.float32) * m + mean * (1.0 - m))
-        self.moving_variance.assign(tf.cast(self.moving_variance, tf.float32) * m + unbiased * (1.0 - m))
+        self._update_moving(mean, unbiased)
         if inputs.shape.rank == 2:
             y = y[:, 0, 0, :]
         return tf.cast(y, self.compute_dtype)
@@ -119,10 +125,7 @@ class BatchNorm(keras.layers.BatchNormalization):
             return self._fused_training_call(inputs)
         x = tf.cast(inputs, keras.backend.result_type(inputs.dtype, "float32"))
         mean, variance, count = self._statistics(x)
-        unbiased = variance * tf.cast(count / tf.maximum(count - 1.0, 1.0), variance.dtype)
-        m = self.momentum
-        self.moving_mean.assign(tf.cast(self.moving_mean, x.dtype) * m + mean * (1.0 - m))
-        self.moving_variance.assign(tf.cast(self.moving_variance, x.dtype) * m + unbiased * (1.0 - m))
+        self._update_moving(mean, variance * tf.cast(count / tf.maximum(count - 1.0, 1.0), variance.dtype))
         outputs = keras.ops.batch_normalization(
             x=x,
             mean=mean,
