@@ -518,7 +518,7 @@ def test_no_backend_imports_the_registry():
 
     data_dir = os.path.dirname(pkg.__file__)
     backends = [f for f in sorted(os.listdir(data_dir)) if f.endswith(".py") and f not in ("sources.py", "__init__.py")]
-    assert {"base.py", "shapes.py", "folder.py", "tfds_source.py", "imagenet100.py"} <= set(backends)
+    assert {"source_base.py", "shapes.py", "folder.py", "tfds_source.py", "imagenet100.py"} <= set(backends)
     for name in backends:
         with open(os.path.join(data_dir, name)) as f:
             tree = ast.parse(f.read())
