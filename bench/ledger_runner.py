@@ -230,6 +230,24 @@ def run_logged(cmd: list[str], log_path: str, ctx: Context, on_poll: Callable[[]
             raise
 
 
+class ChildKilledError(RuntimeError):
+    """A train_main or eval_main child ended by a signal (killed by hand, the OOM killer, a job scheduler)."""
+
+
+def check_not_killed(status: int, what: str) -> None:
+    """Raises :class:`ChildKilledError` when ``status`` (a Popen return code) says the child died of a signal.
+
+    Whoever killed it meant the experiment to stop, or the machine is failing; either way the next arm
+    should not start.
+    """
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        raise ChildKilledError(f"{what} was killed by {name}")
+
+
 _CONDITION_SUPPORT: dict[str, bool] = {}
 
 
@@ -286,6 +304,7 @@ def train(arm: Arm, ctx: Context, state: dict) -> bool:
         if steps:
             state["steps_per_epoch"] = steps[0]
         save_state(run, state)
+    check_not_killed(status, f"{arm.name}: train_main")
     if status != 0:
         ctx.log(f"{arm.name}: train_main failed (exit {status}); see {log_path}")
         return False
@@ -309,6 +328,7 @@ def evaluate(arm: Arm, ctx: Context, state: dict) -> bool:
         ctx.log(f"{arm.name}: evaluating {call.name} ({call.protocols} on {call.dataset})")
         t0 = time.monotonic()
         status = run_logged(cmd, os.path.join(run, "log.txt"), ctx)
+        check_not_killed(status, f"{arm.name}: eval_main {call.name}")
         if status != 0:
             ctx.log(f"{arm.name}: eval_main {call.name} failed (exit {status}); see {os.path.join(run, 'log.txt')}")
             return False
@@ -560,6 +580,8 @@ def run_arms(arms: Sequence[Arm], ctx: Context, time_budget_minutes: float | Non
     """Runs every arm without a ledger entry, in order; returns {"done", "skipped", "failed"} arm names.
 
     With a time budget, an arm starts only when its estimate (:func:`estimate`) fits in the time left.
+    An arm whose command fails is counted as failed and the next arm starts; a command killed by a signal
+    stops the run there (that arm counted as failed), to resume from its checkpoint when run again.
     """
     deadline = None if time_budget_minutes is None else time.monotonic() + 60 * time_budget_minutes
     result: dict[str, list[str]] = {"done": [], "skipped": [], "failed": []}
@@ -592,5 +614,10 @@ def run_arms(arms: Sequence[Arm], ctx: Context, time_budget_minutes: float | Non
                     f"{left / 60:.0f} min of the budget left")
         else:
             ctx.log(f"{prefix}: starting ({status_line(arm, ctx)})")
-        result[run_arm(arm, ctx)].append(arm.name)
+        try:
+            result[run_arm(arm, ctx)].append(arm.name)
+        except ChildKilledError as e:
+            ctx.log(f"{e}; stopping here, before any other arm. Run the same command again to resume.")
+            result["failed"].append(arm.name)
+            break
     return result

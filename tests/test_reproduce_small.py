@@ -321,6 +321,27 @@ def test_conditioned_arms_wait_for_the_flag(tmp_path):
     assert result["skipped"] == [cond.name] and "--condition" in logs[-1]
 
 
+@pytest.mark.parametrize("ending", ["exit 3", "kill -9 $$", "kill -TERM $$"])
+def test_a_killed_command_stops_the_run_a_failed_one_does_not(tmp_path, ending):
+    # A stand-in interpreter for train_main: fails with an exit status, or dies of a signal as under kill -9.
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\n{ending}\n")
+    fake.chmod(0o755)
+    logs: list[str] = []
+    ctx = _ctx(tmp_path, logs)
+    ctx.python, ctx.poll_seconds = str(fake), 0.1
+    arms = [arm_of("simsiam", "none", 0), arm_of("simsiam", "crop,color", 0)]
+    result = ledger_runner.run_arms(arms, ctx)
+    killed = ending.startswith("kill")
+    assert result["failed"] == ([arms[0].name] if killed else [a.name for a in arms]) and not result["done"]
+    assert os.path.exists(ctx.run_dir(arms[1])) is not killed
+    if killed:
+        signame = "SIGKILL" if "-9" in ending else "SIGTERM"
+        assert f"train_main was killed by {signame}" in logs[-1] and "stopping here" in logs[-1]
+        state = ledger_runner.load_state(ctx.run_dir(arms[0]))
+        assert state["sessions"][-1]["exit_status"] < 0 and not state["trained"]
+
+
 # ----------------------------------------------------------------------------------------------------
 # The command
 
