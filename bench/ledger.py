@@ -191,7 +191,7 @@ def default_arms(epochs: int | None = None, width: float | None = None) -> list[
     for method, seed in pairs:
         arms += [_arm("tiny", method, a, "none", seed, tiny, TINY_EVALS, MONITOR_FLAGS, MOCO_QUEUE)
                  for a in ("none", DEFAULT_SET)]
-    # The ω-conditioned projector (CASSLE, issue 21) beside AugSelf: run only where train_main has --condition.
+    # The ω-conditioned projector (CASSLE, issue 21) in AugSelf's place.
     arms += [_arm("tiny", m, "none", DEFAULT_SET, 0, tiny, TINY_EVALS, MONITOR_FLAGS, MOCO_QUEUE)
              for m in ("simsiam", "moco")]
     return arms
@@ -575,9 +575,8 @@ def render_block(entries: Sequence[dict], pending: Sequence[Arm], curves_link: s
         table, legend = wall_table(entries)
         out += ["### Wall time, machines and commits", "", table, "", "Machines:", *legend, ""]
     if pending:
-        note = (" The conditioned arms (`cond`: the ω-conditioned projector) run where train_main.py has "
-                "`--condition`." if any(a.condition != "none" for a in pending) else "")
-        out += ["Arms not yet in the ledger: " + ", ".join(f"`{a.name}`" for a in pending) + "." + note, ""]
+        out += ["Arms not yet in the ledger: " + ", ".join(f"`{a.name}`" for a in pending)
+                + ". `python bench/reproduce_small.py` runs them.", ""]
     return "\n".join(out).rstrip("\n")
 
 

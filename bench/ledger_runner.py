@@ -248,18 +248,6 @@ def check_not_killed(status: int, what: str) -> None:
         raise ChildKilledError(f"{what} was killed by {name}")
 
 
-_CONDITION_SUPPORT: dict[str, bool] = {}
-
-
-def supports_condition(ctx: Context) -> bool:
-    """Whether this checkout's train_main has ``--condition`` (the ω-conditioned projector, issue 21)."""
-    if ctx.root not in _CONDITION_SUPPORT:
-        out = subprocess.run([ctx.python, "train_main.py", "--helpfull"], cwd=ctx.root, capture_output=True,
-                             text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-        _CONDITION_SUPPORT[ctx.root] = "--condition" in out.stdout
-    return _CONDITION_SUPPORT[ctx.root]
-
-
 # ----------------------------------------------------------------------------------------------------
 # One arm
 
@@ -575,8 +563,7 @@ def status_line(arm: Arm, ctx: Context) -> str:
     return "not started"
 
 
-def run_arms(arms: Sequence[Arm], ctx: Context, time_budget_minutes: float | None = None,
-             condition_ok: Callable[[], bool] | None = None) -> dict[str, list[str]]:
+def run_arms(arms: Sequence[Arm], ctx: Context, time_budget_minutes: float | None = None) -> dict[str, list[str]]:
     """Runs every arm without a ledger entry, in order; returns {"done", "skipped", "failed"} arm names.
 
     With a time budget, an arm starts only when its estimate (:func:`estimate`) fits in the time left.
@@ -591,10 +578,6 @@ def run_arms(arms: Sequence[Arm], ctx: Context, time_budget_minutes: float | Non
             ctx.log(f"{a.name}: in the ledger ({a.id}.json), not rerun")
     for i, arm in enumerate(todo):
         prefix = f"[{i + 1}/{len(todo)}] {arm.name}"
-        if arm.condition != "none" and not (condition_ok or (lambda: supports_condition(ctx)))():
-            ctx.log(f"{prefix}: skipped: train_main.py has no --condition flag yet (the ω-conditioned projector)")
-            result["skipped"].append(arm.name)
-            continue
         if deadline is not None:
             left = deadline - time.monotonic()
             entries = ledger.load_entries(ctx.ledger_dir)

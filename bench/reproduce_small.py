@@ -98,11 +98,6 @@ def main(argv: list[str] | None = None) -> int:
             left = "" if est is None else f"; ~{est.seconds / 60:.0f} min left ({est.why})"
             print(f"{arm.name:32s} {arm.id}  {ledger_runner.status_line(arm, ctx)}{left}")
         return 0
-    if not args.arms:  # by default the conditioned arms run only where train_main has --condition
-        if any(a.condition != "none" for a in selected) and not ledger_runner.supports_condition(ctx):
-            skipped = [a.name for a in selected if a.condition != "none"]
-            ctx.log(f"not running {', '.join(skipped)}: train_main.py has no --condition flag yet")
-            selected = [a for a in selected if a.condition == "none"]
     signal.signal(signal.SIGTERM, _terminate)
     try:
         result = ledger_runner.run_arms(selected, ctx, args.time_budget)

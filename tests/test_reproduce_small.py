@@ -313,14 +313,6 @@ def test_time_budget_skips_arms_that_would_not_finish(tmp_path):
     assert not os.path.exists(ctx.run_dir(arms[1]))  # nothing was started
 
 
-def test_conditioned_arms_wait_for_the_flag(tmp_path):
-    logs: list[str] = []
-    ctx = _ctx(tmp_path, logs)
-    cond = arm_of("simsiam", "none", 0, condition="crop,color")
-    result = ledger_runner.run_arms([cond], ctx, condition_ok=lambda: False)
-    assert result["skipped"] == [cond.name] and "--condition" in logs[-1]
-
-
 @pytest.mark.parametrize("ending", ["exit 3", "kill -9 $$", "kill -TERM $$"])
 def test_a_killed_command_stops_the_run_a_failed_one_does_not(tmp_path, ending):
     # A stand-in interpreter for train_main: fails with an exit status, or dies of a signal as under kill -9.
