@@ -8,6 +8,8 @@ Each configuration trains twice from scratch into fresh directories, exports the
 two exports' features on one fixed batch (max relative difference; 0.0 means bit-identical). Wall time is
 per run, the same machine, in one invocation: compare the ratio, not the seconds.
 
+    python bench/bench_determinism.py --grappler_cost      # the step with and without Grappler, both --deterministic
+
 ``--matrix`` runs only ``--deterministic`` on 2 logical CPU replicas (AugSelf{crop,color}, width 0.125, 32 px),
 the two runs of a configuration at once (each uses one thread per op), and compares every checkpointed tensor
 (weights, BN statistics, momentum buffers, MoCo's encoder and queue) besides the features.
@@ -101,6 +103,53 @@ def run_matrix(opts: argparse.Namespace) -> dict:
     return {"rows": rows, "all_bit_identical": all(r["bit_identical"] for r in rows)}
 
 
+def time_step_child(grappler: bool, replicas: int, batch_size: int, steps: int) -> None:
+    """(In a child process.) The SimSiam+AugSelf{crop,color} step of the --matrix runs under --deterministic's
+    settings, Grappler turned back on or not; prints one JSON line of per-step wall and CPU seconds."""
+    import tensorflow as tf
+    from common import StepSpec, TrainStep
+
+    from augself_tf.runtime.determinism import make_deterministic
+    from augself_tf.runtime.strategy import make_strategy
+
+    make_deterministic()
+    if grappler:
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": False})
+    strategy = make_strategy("mirrored" if replicas > 1 else "one_device", replicas)
+    step = TrainStep(StepSpec(backbone="resnet18_cifar", width=0.125, image_size=32, batch_size=batch_size),
+                     strategy)
+    for _ in range(2):  # the first traces
+        step.run()
+    timings = [step.run() for _ in range(steps)]
+    print(json.dumps({"wall": [t.wall for t in timings], "cpu": [t.cpu for t in timings]}))
+
+
+def run_grappler_cost(opts: argparse.Namespace) -> dict:
+    """Child processes with Grappler on and off, alternating (reversed every other round); per-round ratios."""
+    import numpy as np
+
+    per_mode: dict[str, list[dict]] = {"off": [], "on": []}
+    for r in range(opts.rounds):
+        for mode in (("off", "on") if r % 2 == 0 else ("on", "off")):
+            cmd = [sys.executable, os.path.abspath(__file__), f"--_grappler_child={mode}",
+                   f"--cpu_replicas={opts.cpu_replicas}", f"--batch_size={opts.batch_size}",
+                   f"--max_steps={opts.max_steps}"]
+            out = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True,
+                                 env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_ENABLE_ONEDNN_OPTS="0"))
+            per_mode[mode].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    rows = {}
+    for mode, runs in per_mode.items():
+        rows[mode] = {k: float(np.median([np.median(run[k]) for run in runs])) for k in ("wall", "cpu")}
+        print(f"Grappler {mode:>3}: {rows[mode]['wall']:.3f} s/step, {rows[mode]['cpu']:.3f} CPU-s/step "
+              f"(median of {len(runs)} processes' medians)", flush=True)
+    ratios = {k: [float(np.median(on[k]) / np.median(off[k])) for on, off in zip(per_mode["on"], per_mode["off"],
+                                                                               strict=True)] for k in ("wall", "cpu")}
+    for k, v in ratios.items():
+        print(f"Grappler on / off, {k}: {np.median(v):.3f} [{min(v):.3f}..{max(v):.3f}] (per round; > 1 means "
+              "Grappler made the step slower)", flush=True)
+    return {"per_mode": rows, "ratios_on_over_off": ratios, "runs": per_mode}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--method", default="byol")
@@ -113,12 +162,28 @@ def main() -> None:
     parser.add_argument("--methods", default="simsiam,moco", help="--matrix: comma list of methods.")
     parser.add_argument("--batch_sizes", default="128,256", help="--matrix: comma list of global batch sizes.")
     parser.add_argument("--seed", type=int, default=3, help="--matrix: the runs' --seed.")
+    parser.add_argument("--grappler_cost", action="store_true", help="Time the SimSiam+AugSelf step of --matrix "
+                        "(width 0.125, 32 px) under --deterministic's settings with Grappler off (as "
+                        "--deterministic runs it) and back on, in alternating processes.")
+    parser.add_argument("--rounds", type=int, default=4, help="--grappler_cost: processes per mode.")
+    parser.add_argument("--_grappler_child", choices=("on", "off"), help=argparse.SUPPRESS)
     opts = parser.parse_args()
+    if opts._grappler_child:
+        time_step_child(opts._grappler_child == "on", opts.cpu_replicas, opts.batch_size, opts.max_steps or 10)
+        return
     import numpy as np
     from common import machine_info, print_machine
 
     if opts.max_steps is None:
-        opts.max_steps = 8 if opts.matrix else 19
+        opts.max_steps = 8 if opts.matrix else 10 if opts.grappler_cost else 19
+    if opts.grappler_cost:
+        info = machine_info()
+        print_machine(info)
+        results = {"machine": info, "args": vars(opts), **run_grappler_cost(opts)}
+        if opts.output:
+            with open(opts.output, "w") as f:
+                json.dump(results, f, indent=2)
+        return
     if opts.matrix:
         info = machine_info()
         print_machine(info)
