@@ -34,11 +34,13 @@ gradients (measured ≤ 1e-5, ≤ 1e-4 with ``--chained``): ``--tol 1e-3`` leave
 (a mathematically zero one, see ``DEGENERATE``) and is 28× below the smallest effect of any bug in
 ``--inject`` (docs/experiments.md, "Step parity with the reference semantics").
 
+From the repository root (it imports ``bench.common``, so it runs as a module):
+
     pip install -r bench/parity/requirements-parity.txt    # torch (CPU wheel); not a project dependency
-    python bench/parity/parity.py                           # all three methods: PASS/FAIL per quantity
-    python bench/parity/parity.py --inject keras_momentum   # one deliberate bug: must print FAIL, exit 1
-    python bench/parity/parity.py --inject all              # the bug table: exit 0 iff every bug is caught
-    python bench/parity/parity.py --emulate no_normalisation,biased_running_var,keras_momentum
+    python -m bench.parity.parity                           # all three methods: PASS/FAIL per quantity
+    python -m bench.parity.parity --inject keras_momentum   # one deliberate bug: must print FAIL, exit 1
+    python -m bench.parity.parity --inject all              # the bug table: exit 0 iff every bug is caught
+    python -m bench.parity.parity --emulate no_normalisation,biased_running_var,keras_momentum
         # the reference with our pre-fix semantics: isolates exactly those differences
 
 Exit status: 0 when every group passes (``--inject all``: when every bug is caught by at least one group).
@@ -55,13 +57,15 @@ import re
 import sys
 import time
 
+if not __package__:
+    sys.exit("parity: run it from the repository root as a module: python -m bench.parity.parity [flags]")
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-import reference_torch as ref  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import torch  # noqa: E402
 
@@ -70,6 +74,7 @@ from augself_tf.data.pretrain import example_seed, two_views  # noqa: E402
 from augself_tf.methods import build_method  # noqa: E402
 from augself_tf.models import resnet as tf_resnet  # noqa: E402
 from augself_tf.training import optim as tf_optim  # noqa: E402
+from bench.parity import reference_torch as ref  # noqa: E402
 
 METHODS = ("simsiam", "moco", "byol")
 AUGSELF = ("crop", "color")
@@ -507,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)  # a shared 2-core machine; also keeps torch's reductions in one order
     tf.config.threading.set_intra_op_parallelism_threads(1)
-    from common import machine_info, print_machine
+    from bench.common import machine_info, print_machine
 
     print_machine(machine_info())
     print(f"# torch {torch.__version__}; {args.backbone} width {args.width}, {args.image_size} px, batch "
