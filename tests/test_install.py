@@ -40,19 +40,27 @@ def _run(cmd: list[str], cwd: str, timeout: float = 600) -> subprocess.Completed
 
 @functools.cache
 def _script_flags(script: str) -> str:
-    """The checkout script's ``--helpfull`` flags part (once per test process: each run imports TensorFlow)."""
-    return _flags_part([sys.executable, os.path.join(REPO, script)], REPO)
+    """The checkout script's ``--helpfull`` flags part, from its snapshot, which tests/test_settings.py holds
+    equal to what the script prints (each run of a program imports TensorFlow: one comparison is enough)."""
+    name = os.path.splitext(os.path.basename(script))[0]
+    with open(os.path.join(REPO, "tests", "snapshots", f"{name}_helpfull.txt")) as f:
+        return _flags_section(f.read())
 
 
 def _flags_part(cmd: list[str], cwd: str) -> str:
+    """The flags part of ``cmd --helpfull`` (:func:`_flags_section`)."""
+    proc = _run([*cmd, "--helpfull"], cwd)
+    assert proc.returncode == 1, proc.stderr[-2000:]  # absl exits 1 after --helpfull
+    return _flags_section(proc.stdout)
+
+
+def _flags_section(helpfull: str) -> str:
     """``--helpfull`` from the first module header on, with that header (the program's path) blanked.
 
     absl lists the program's own flags under ``sys.argv[0]``, which differs by entry point; the usage text
     above the flags is the entry point's docstring.
     """
-    proc = _run([*cmd, "--helpfull"], cwd)
-    assert proc.returncode == 1, proc.stderr[-2000:]  # absl exits 1 after --helpfull
-    lines = proc.stdout.splitlines()
+    lines = helpfull.splitlines()
     start = lines.index("flags:")
     program = start + 2  # "flags:", a blank line, then the running program's own flags come first
     assert lines[program - 1] == "" and lines[program].endswith(":"), lines[start:program + 1]
