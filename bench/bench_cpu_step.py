@@ -71,6 +71,22 @@ def paired(times: dict[str, list[common.Timing]], a: str, b: str) -> dict:
             "cpu": spread([x.cpu / y.cpu for x, y in zip(ta, tb, strict=True)])}
 
 
+def step_summary(times: dict[str, list[common.Timing]]) -> dict:
+    """Per configuration: the spread of its seconds and CPU-seconds per step."""
+    return {k: {"s_per_step": spread([t.wall for t in v]), "cpu_s_per_step": spread([t.cpu for t in v])}
+            for k, v in times.items()}
+
+
+def print_step_table(title: str, summary: dict, ratios: dict, label=lambda k: k, width: int = 32,
+                     digits: int = 2) -> None:
+    """The seconds (and CPU-seconds) per step of each configuration, then the paired ratios."""
+    print(title)
+    for k, s in summary.items():
+        print(f"  {label(k):<{width}} {fmt(s['s_per_step'])} s  {fmt(s['cpu_s_per_step'])} CPU-s")
+    for k, r in ratios.items():
+        print(f"  ratio {k:<44} wall {fmt(r['wall'], digits)}, CPU {fmt(r['cpu'], digits)}")
+
+
 def intra_op_threads() -> int:
     """TF's intra-op pool size (0 in the config means the default, one thread per core)."""
     return tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count() or 1
@@ -193,15 +209,11 @@ def part_padding(args) -> dict:
     times = common.interleaved_steps({k: s.run for k, s in steps.items()}, warmup=args.warmup,
                                      repeats=args.repeats, per_round=args.per_round, log=True)
     times = {k: merge_rounds(v, args.per_round) for k, v in times.items()}
-    summary = {k: {"s_per_step": spread([t.wall for t in v]), "cpu_s_per_step": spread([t.cpu for t in v]),
-                   "zero_padding_layers": steps[k].pads} for k, v in times.items()}
+    summary = {k: {**v, "zero_padding_layers": steps[k].pads} for k, v in step_summary(times).items()}
     ratios = {"b/c": paired(times, "explicit_all", "stride2"), "a/c": paired(times, "same", "stride2")}
-    print(f"\n1. padding: ResNet-18 w{args.padding_width:g}, {args.image_size}px, batch {args.padding_batch}, "
-          f"forward+backward+SGD (s per step, median [min..max] over {args.repeats} rounds)")
-    for k, s in summary.items():
-        print(f"  {PADDING_LABELS[k]:<52} {fmt(s['s_per_step'])} s  {fmt(s['cpu_s_per_step'])} CPU-s")
-    for k, r in ratios.items():
-        print(f"  ratio {k}: wall {fmt(r['wall'], 3)}, CPU {fmt(r['cpu'], 3)}")
+    print_step_table(f"\n1. padding: ResNet-18 w{args.padding_width:g}, {args.image_size}px, batch "
+                     f"{args.padding_batch}, forward+backward+SGD (s per step, median [min..max] over "
+                     f"{args.repeats} rounds)", summary, ratios, label=PADDING_LABELS.get, width=52, digits=3)
     return {"summary": summary, "ratios": ratios, "function_check": check}
 
 
@@ -286,8 +298,7 @@ def part_step(args) -> dict:
     finally:
         for w in workers:
             w.close()
-    summary = {k: {"s_per_step": spread([t.wall for t in v]), "cpu_s_per_step": spread([t.cpu for t in v])}
-               for k, v in times.items()}
+    summary = step_summary(times)
     ratios = {}
     if "tf float32 composite BN" in times:
         ratios["tf float32 composite BN / tf float32"] = paired(times, "tf float32 composite BN", "tf float32")
@@ -299,12 +310,8 @@ def part_step(args) -> dict:
             ratios[f"{k} / {ours}"] = paired(times, k, ours)
             if ours != "tf float32":
                 ratios[f"{k} / tf float32"] = paired(times, k, "tf float32")
-    print(f"\n2-3. SimSiam+AugSelf{{crop,color}} ResNet-18 w{args.width:g}, {args.image_size}px, batch "
-          f"{args.step_batch} (s per step, median [min..max] over {args.repeats} rounds)")
-    for k, s in summary.items():
-        print(f"  {k:<32} {fmt(s['s_per_step'])} s  {fmt(s['cpu_s_per_step'])} CPU-s")
-    for k, r in ratios.items():
-        print(f"  time ratio {k:<44} wall {fmt(r['wall'])}, CPU {fmt(r['cpu'])}")
+    print_step_table(f"\n2-3. SimSiam+AugSelf{{crop,color}} ResNet-18 w{args.width:g}, {args.image_size}px, batch "
+                     f"{args.step_batch} (s per step, median [min..max] over {args.repeats} rounds)", summary, ratios)
     return {"summary": summary, "ratios": ratios, "torch": [w.info for w in workers]}
 
 
