@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from package_source import imported_modules, modules
 from PIL import Image
 
 from augself_tf.data import shapes, tfds_source
@@ -512,21 +513,12 @@ def test_spec_resolution():
 
 def test_no_backend_imports_the_registry():
     # sources.py imports every backend; a backend importing sources.py back would make a cycle.
-    import ast
-
-    import augself_tf.data as pkg
-
-    data_dir = os.path.dirname(pkg.__file__)
-    backends = [f for f in sorted(os.listdir(data_dir)) if f.endswith(".py") and f not in ("sources.py", "__init__.py")]
-    assert {"source_base.py", "shapes.py", "folder.py", "tfds_source.py", "imagenet100.py"} <= set(backends)
-    for name in backends:
-        with open(os.path.join(data_dir, name)) as f:
-            tree = ast.parse(f.read())
-        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-        imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        from_data = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
-                     if n.module == "augself_tf.data" for a in n.names}
-        assert "augself_tf.data.sources" not in imported and "sources" not in from_data, name
+    backends = {m: path for m, path in modules().items()
+                if m.startswith("augself_tf.data.") and m != "augself_tf.data.sources"}
+    assert {f"augself_tf.data.{m}" for m in ("source_base", "shapes", "folder", "tfds_source", "imagenet100")} \
+        <= set(backends)
+    for module, path in backends.items():
+        assert "augself_tf.data.sources" not in imported_modules(module, path), module
 
 
 def test_eval_data_access_reports_unprepared_tfds(tmp_path):

@@ -2,41 +2,10 @@
 
 from __future__ import annotations
 
-import ast
 import collections
 import os
 
-PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "augself_tf")
-
-def modules() -> dict[str, str]:
-    """Dotted module name -> file path, for every module of the package."""
-    out = {}
-    for root, _dirs, files in os.walk(PACKAGE):
-        for name in files:
-            if name.endswith(".py"):
-                path = os.path.join(root, name)
-                rel = os.path.relpath(path, os.path.dirname(PACKAGE))[: -len(".py")].replace(os.sep, ".")
-                out[rel.removesuffix(".__init__")] = path
-    return out
-
-
-def imported_modules(module: str, path: str) -> set[str]:
-    """Every module ``module`` imports, at any depth of its code (function-level imports included)."""
-    with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read(), path)
-    package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
-    out = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: resolve against the importing package
-                parts = package.split(".")
-                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
-            out.add(base)
-            out.update(f"{base}.{alias.name}" for alias in node.names)
-    return out
+from package_source import imported_modules, modules
 
 
 def _within(name: str, package: str) -> bool:
