@@ -43,23 +43,30 @@ def _stack(items: list) -> dict:
     return tf.nest.map_structure(lambda *xs: tf.stack(xs), *items)
 
 
+def _device_batch(config: AugmentConfig, salt: int) -> dict:
+    """Every image's device-mode view (uint8) with its ω and device-stage draws, as a pair batch whose two
+    views are the same, ready for finish_views."""
+    views, omegas, draws = [], [], []
+    for i, image in enumerate(IMAGES):
+        view8, omega, params = augment_view_for_device(image, tf.constant([salt, i], tf.int64), config)
+        assert view8.dtype == tf.uint8
+        views.append(view8)
+        omegas.append(omega)
+        draws.append(params)
+    views, omegas, draws = tf.stack(views), _stack(omegas), _stack(draws)
+    return {"view1": views, "view2": views, "device1": draws, "device2": draws, "omega1": omegas, "omega2": omegas}
+
+
 def _both_modes(config: AugmentConfig, salt: int) -> tuple[np.ndarray, np.ndarray, list, list, dict]:
     """(host views, finished device views, host ω, device ω (the measurements finish_views adds included),
     device draws) for every image."""
-    host, omega_h, dev, omega_d, draws = [], [], [], [], []
+    host, omega_h = [], []
     for i, image in enumerate(IMAGES):
-        seed = tf.constant([salt, i], tf.int64)
-        view, omega = augment_view(image, seed, config)
+        view, omega = augment_view(image, tf.constant([salt, i], tf.int64), config)
         host.append(view.numpy())
         omega_h.append(omega)
-        view8, omega, params = augment_view_for_device(image, seed, config)
-        assert view8.dtype == tf.uint8
-        dev.append(view8)
-        omega_d.append(omega)
-        draws.append(params)
-    params = _stack(draws)
-    batch = {"view1": tf.stack(dev), "view2": tf.stack(dev), "device1": params, "device2": params,
-             "omega1": _stack(omega_d), "omega2": _stack(omega_d)}
+    batch = _device_batch(config, salt)
+    params = batch["device1"]
     finished = finish_views(batch, config)
     assert finished["view1"].dtype == tf.float32
     measured = {m.name for s in registry.PIPELINE if s.stage == DEVICE for m in s.measurements}
@@ -96,14 +103,7 @@ def test_device_stage_equals_host_pipeline_on_real_images(name, config):
 def test_finish_views_compiled_with_xla_gives_the_same_views():
     """--jit_compile traces finish_views inside the XLA-compiled step: the same views and ω as uncompiled."""
     config = AugmentConfig(image_size=40, probabilities=ON)
-    batch = {"view1": [], "device1": [], "omega1": []}
-    for i, image in enumerate(IMAGES):
-        view8, omega, params = augment_view_for_device(image, tf.constant([11, i], tf.int64), config)
-        for key, value in (("view1", view8), ("device1", params), ("omega1", omega)):
-            batch[key].append(value)
-    batch = {k: v if k == "view1" else _stack(v) for k, v in batch.items()}
-    batch["view1"] = tf.stack(batch["view1"])
-    batch.update(view2=batch["view1"], device2=batch["device1"], omega2=batch["omega1"])
+    batch = _device_batch(config, salt=11)
     want = finish_views(batch, config)
     got = tf.function(lambda b: finish_views(b, config), jit_compile=True)(batch)
     np.testing.assert_allclose(got["view1"].numpy(), want["view1"].numpy(), rtol=0, atol=1e-5)
