@@ -1,0 +1,1 @@
+"""Losses as pure functions of tensors: one unit per loss, each tested against an independent NumPy computation."""
