@@ -142,7 +142,7 @@ def run(argv_models: list[str], protocols: list[str], explicit: bool) -> int:
     from augself_tf.evaluation import report
     from augself_tf.evaluation.context import EvalContext, log_stderr
     from augself_tf.evaluation.datasets import DataAccess
-    from augself_tf.evaluation.errors import EvalError
+    from augself_tf.evaluation.estimators.errors import EvalError
     from augself_tf.evaluation.loading import load_model
     from augself_tf.evaluation.protocols import run_protocol, unfit_reason
 
@@ -230,7 +230,7 @@ def main(argv: list[str]) -> int:
         restart_without_onednn()
     protocols = parse_protocols(FLAGS.protocol)
     explicit = "all" not in [p.strip() for p in FLAGS.protocol.split(",")]
-    from augself_tf.evaluation.errors import EvalError
+    from augself_tf.evaluation.estimators.errors import EvalError
 
     try:
         return run(models, protocols, explicit)

@@ -2,7 +2,7 @@
 
 Compares, on the SAME features in one run, the paper's full regularisation sweep (45 values in
 [1e-6, 1e5], warm-started, best on validation, refit on train+val) with each backend of
-``augself_tf.evaluation.logreg``:
+``augself_tf.evaluation.estimators.logreg``:
 
 * ``numpy``   — our objective in float32 BLAS + scipy L-BFGS-B;
 * ``tf``      — the same objective as a TensorFlow ``tf.function`` + scipy L-BFGS-B
@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 
-from augself_tf.evaluation import logreg
+from augself_tf.evaluation.estimators import logreg
 
 
 def synthetic_features(

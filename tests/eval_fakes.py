@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from augself_tf.evaluation.datasets import DataAccess
-from augself_tf.evaluation.errors import EvalError
+from augself_tf.evaluation.estimators.errors import EvalError
 
 _SIG = [tf.TensorSpec([None, None, None, 3], tf.float32, name="images")]
 

@@ -17,9 +17,10 @@ import tensorflow as tf
 from conftest import mirrored_cpus
 from helpers import hparams_dashboard_rows
 
-from augself_tf.evaluation import corruptions, l2sp_finetune, perturbed_accuracy
+from augself_tf.evaluation import corruptions, perturbed_accuracy
 from augself_tf.evaluation.context import EvalContext, EvalSettings, ProbeOptions
-from augself_tf.evaluation.infonce import CriticOptions, infonce_bound
+from augself_tf.evaluation.estimators import l2sp_finetune
+from augself_tf.evaluation.estimators.infonce import CriticOptions, infonce_bound
 from augself_tf.evaluation.loading import load_model
 from augself_tf.evaluation.protocols import colorinfo as color_info
 from augself_tf.evaluation.protocols import run_protocol

@@ -14,9 +14,10 @@ from augself_tf.data import catalog
 from augself_tf.data.catalog import CATALOG, canonical_key, linear_metric, lookup, spec_key, val_fraction
 from augself_tf.data.fc100 import FC100_TEST_CLASSES
 from augself_tf.data.sources import load_source, source_info
-from augself_tf.evaluation import logreg, paper_results
+from augself_tf.evaluation import paper_results
 from augself_tf.evaluation.context import EvalContext, EvalSettings, ProbeOptions
 from augself_tf.evaluation.datasets import DataAccess, fewshot_split, linear_splits
+from augself_tf.evaluation.estimators import logreg
 from augself_tf.evaluation.loading import load_model
 from augself_tf.evaluation.protocols import run_protocol
 

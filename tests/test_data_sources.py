@@ -523,7 +523,7 @@ def test_no_backend_imports_the_registry():
 
 def test_eval_data_access_reports_unprepared_tfds(tmp_path):
     from augself_tf.evaluation.datasets import DataAccess
-    from augself_tf.evaluation.errors import EvalError
+    from augself_tf.evaluation.estimators.errors import EvalError
 
     with pytest.raises(EvalError, match=rf"^dataset 'cifar10': tfds dataset 'cifar10' is not prepared in {tmp_path}:"):
         DataAccess(str(tmp_path)).splits("cifar10")

@@ -15,18 +15,17 @@ from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
 from augself_tf.data import eval_view
-from augself_tf.evaluation import (
+from augself_tf.evaluation import report, transforms
+from augself_tf.evaluation.datasets import split_train_val
+from augself_tf.evaluation.estimators import (
     box_regression,
     fewshot_episodes,
     intervals,
     logreg,
     neighbours,
     newton_logreg,
-    report,
-    transforms,
 )
-from augself_tf.evaluation.datasets import split_train_val
-from augself_tf.evaluation.errors import EvalError
+from augself_tf.evaluation.estimators.errors import EvalError
 from augself_tf.evaluation.loading import load_model
 
 

@@ -15,7 +15,7 @@ from PIL import Image
 
 from augself_tf.evaluation.context import EvalContext, EvalSettings, ProbeOptions
 from augself_tf.evaluation.datasets import DataAccess
-from augself_tf.evaluation.errors import EvalError
+from augself_tf.evaluation.estimators.errors import EvalError
 from augself_tf.evaluation.loading import load_model
 from augself_tf.evaluation.protocols import all_protocols, run_protocol
 from augself_tf.evaluation.protocols.fewshot import FewshotOptions

@@ -49,3 +49,33 @@ def test_the_import_reader_sees_imports_inside_functions(tmp_path):
         "augself_tf.training.strategy", "augself_tf.training.strategy.x", "augself_tf.evaluation",
         "augself_tf.evaluation.sibling",
     }
+
+
+def test_evaluation_stands_in_floors():
+    """estimators (pure maths) < the machinery (evaluation/*.py) < protocols: no import runs back up a floor."""
+    floors = ["augself_tf.evaluation.estimators", "augself_tf.evaluation", "augself_tf.evaluation.protocols"]
+
+    def floor(name: str) -> int:
+        return max(i for i, f in enumerate(floors) if _within(name, f))
+
+    found = modules()
+    assert "augself_tf.evaluation.estimators.logreg" in found  # the walk sees the bottom floor
+    upward = []
+    for module, path in found.items():
+        if not _within(module, "augself_tf.evaluation"):
+            continue
+        for name in imported_modules(module, path):
+            # ``from augself_tf.evaluation import x`` reads as the package itself: judge the module x it names.
+            if _within(name, "augself_tf.evaluation") and name not in floors and floor(name) > floor(module):
+                upward.append((module, name))
+    assert not upward
+
+
+def test_estimators_hold_no_savedmodel_or_dataset_code():
+    """The bottom floor is arrays in, numbers out: no SavedModel loading, no data sources, no reports."""
+    banned = ("augself_tf.data", "augself_tf.evaluation.loading", "augself_tf.evaluation.context",
+              "augself_tf.evaluation.extraction", "augself_tf.evaluation.report")
+    found = modules()
+    wrong = [(m, n) for m, p in found.items() if _within(m, "augself_tf.evaluation.estimators")
+             for n in imported_modules(m, p) if any(_within(n, b) for b in banned)]
+    assert not wrong

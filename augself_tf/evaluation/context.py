@@ -17,9 +17,9 @@ from typing import Any, TextIO
 import numpy as np
 
 from augself_tf.data.catalog import spec_key
-from augself_tf.evaluation import logreg
 from augself_tf.evaluation.datasets import DataAccess, LinearSplits, linear_splits, split_train_val
-from augself_tf.evaluation.errors import EvalError
+from augself_tf.evaluation.estimators import logreg
+from augself_tf.evaluation.estimators.errors import EvalError
 from augself_tf.evaluation.extraction import FeatureExtractor, FeatureSet
 from augself_tf.evaluation.loading import LoadedModel
 from augself_tf.evaluation.transforms import ImageTransform

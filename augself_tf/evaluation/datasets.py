@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from augself_tf.data import catalog
-from augself_tf.evaluation.errors import EvalError, first_line
+from augself_tf.evaluation.estimators.errors import EvalError, first_line
 
 
 def split_train_val(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

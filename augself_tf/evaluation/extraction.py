@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from augself_tf.data.eval_view import bbox_to_crop_frame, preprocess
-from augself_tf.evaluation.errors import EvalError, first_line
+from augself_tf.evaluation.estimators.errors import EvalError, first_line
 from augself_tf.evaluation.loading import LoadedModel
 from augself_tf.evaluation.transforms import ImageTransform
 from augself_tf.progress import Progress

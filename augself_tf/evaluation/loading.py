@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
-from augself_tf.evaluation.errors import EvalError, first_line
+from augself_tf.evaluation.estimators.errors import EvalError, first_line
 
 
 @dataclasses.dataclass

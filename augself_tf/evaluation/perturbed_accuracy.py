@@ -1,7 +1,7 @@
 """Robustness under perturbations (paper appendix "Robustness under perturbations", Table 11).
 
 Classifier: the frozen backbone f (the SavedModel) with a linear head fitted by the linear protocol
-(:func:`augself_tf.evaluation.logreg.linear_eval`: regulariser picked on validation, refit on
+(:func:`augself_tf.evaluation.estimators.logreg.linear_eval`: regulariser picked on validation, refit on
 train+val). The paper uses supervised ImageNet100 models with their own classifier; a linear probe on
 any exported backbone is our stand-in and works for self-supervised backbones too.
 
@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from augself_tf.evaluation import corruptions
-from augself_tf.evaluation.errors import EvalError
+from augself_tf.evaluation.estimators.errors import EvalError
 from augself_tf.evaluation.loading import LoadedModel
 
 

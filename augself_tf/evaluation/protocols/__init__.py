@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from augself_tf.evaluation.context import EvalContext
-from augself_tf.evaluation.errors import EvalError
+from augself_tf.evaluation.estimators.errors import EvalError
 from augself_tf.evaluation.loading import LoadedModel
 from augself_tf.evaluation.protocols import (
     colorinfo,

@@ -34,8 +34,8 @@ import numpy as np
 import tensorflow as tf
 
 from augself_tf.evaluation.context import EvalContext
-from augself_tf.evaluation.errors import EvalError
-from augself_tf.evaluation.infonce import CriticOptions, infonce_bound
+from augself_tf.evaluation.estimators.errors import EvalError
+from augself_tf.evaluation.estimators.infonce import CriticOptions, infonce_bound
 from augself_tf.evaluation.loading import LoadedModel
 from augself_tf.evaluation.protocols.protocol import Protocol, Records
 from augself_tf.evaluation.report import make_record
@@ -49,7 +49,7 @@ class ColorInfoOptions:
     Attributes:
       bins: histogram bins per RGB channel (bins³ cells).
       batch, steps, hidden, dim, lr, temperature, seeds, eval_batches: the critic's
-        (:class:`~augself_tf.evaluation.infonce.CriticOptions`).
+        (:class:`~augself_tf.evaluation.estimators.infonce.CriticOptions`).
     """
 
     bins: int = option(4, "Colour histogram bins per RGB channel (bins^3 cells).")

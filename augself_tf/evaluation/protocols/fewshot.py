@@ -6,9 +6,9 @@ import dataclasses
 
 import numpy as np
 
-from augself_tf.evaluation import fewshot_episodes
 from augself_tf.evaluation.context import EvalContext
 from augself_tf.evaluation.datasets import fewshot_split
+from augself_tf.evaluation.estimators import fewshot_episodes
 from augself_tf.evaluation.loading import LoadedModel
 from augself_tf.evaluation.protocols.protocol import Protocol, Records
 from augself_tf.evaluation.report import make_record

@@ -1,6 +1,6 @@
 """``finetune``: backbone + linear classifier trained with L2SP (paper appendix, Table 10).
 
-The training machinery is :mod:`augself_tf.evaluation.l2sp_finetune`; images are held in memory (use
+The training machinery is :mod:`augself_tf.evaluation.estimators.l2sp_finetune`; images are held in memory (use
 ``--max_examples`` on big datasets).
 """
 
@@ -11,8 +11,8 @@ import dataclasses
 import numpy as np
 
 from augself_tf.evaluation.context import EvalContext
-from augself_tf.evaluation.errors import EvalError
-from augself_tf.evaluation.l2sp_finetune import finetune_eval, total_steps
+from augself_tf.evaluation.estimators.errors import EvalError
+from augself_tf.evaluation.estimators.l2sp_finetune import finetune_eval, total_steps
 from augself_tf.evaluation.loading import LoadedModel
 from augself_tf.evaluation.protocols.protocol import Protocol, Records
 from augself_tf.evaluation.report import make_record

@@ -7,9 +7,9 @@ import time
 
 import numpy as np
 
-from augself_tf.evaluation import view_similarity
 from augself_tf.evaluation.context import EvalContext
-from augself_tf.evaluation.errors import EvalError
+from augself_tf.evaluation.estimators import view_similarity
+from augself_tf.evaluation.estimators.errors import EvalError
 from augself_tf.evaluation.loading import LoadedModel
 from augself_tf.evaluation.protocols.protocol import Protocol, Records
 from augself_tf.evaluation.report import make_record

@@ -6,9 +6,10 @@ import dataclasses
 
 import numpy as np
 
-from augself_tf.evaluation import box_regression, plots
+from augself_tf.evaluation import plots
 from augself_tf.evaluation.context import EvalContext
-from augself_tf.evaluation.errors import EvalError
+from augself_tf.evaluation.estimators import box_regression
+from augself_tf.evaluation.estimators.errors import EvalError
 from augself_tf.evaluation.loading import LoadedModel
 from augself_tf.evaluation.protocols.protocol import Protocol, Records
 from augself_tf.evaluation.report import make_record

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from augself_tf.evaluation import neighbours, plots
+from augself_tf.evaluation import plots
 from augself_tf.evaluation.context import EvalContext
+from augself_tf.evaluation.estimators import neighbours
 from augself_tf.evaluation.loading import LoadedModel
 from augself_tf.evaluation.protocols.protocol import Protocol, Records
 from augself_tf.evaluation.report import make_record

@@ -13,7 +13,7 @@ import numpy as np
 
 from augself_tf.evaluation import corruptions
 from augself_tf.evaluation.context import EvalContext
-from augself_tf.evaluation.errors import EvalError
+from augself_tf.evaluation.estimators.errors import EvalError
 from augself_tf.evaluation.loading import LoadedModel
 from augself_tf.evaluation.perturbed_accuracy import robustness_eval
 from augself_tf.evaluation.protocols.protocol import Protocol, Records

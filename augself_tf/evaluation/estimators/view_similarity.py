@@ -15,9 +15,9 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from augself_tf.evaluation.errors import EvalError
-from augself_tf.evaluation.intervals import normal_ci95
-from augself_tf.evaluation.neighbours import l2_normalize
+from augself_tf.evaluation.estimators.errors import EvalError
+from augself_tf.evaluation.estimators.intervals import normal_ci95
+from augself_tf.evaluation.estimators.neighbours import l2_normalize
 
 
 def make_view_fn(image_size: int, seed: int, view: int, views: int):

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from augself_tf.evaluation.errors import EvalError
+from augself_tf.evaluation.estimators.errors import EvalError
 
 
 def yxyx_to_xywh(boxes: np.ndarray) -> np.ndarray:

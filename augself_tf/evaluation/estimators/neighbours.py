@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from augself_tf.evaluation.errors import EvalError
+from augself_tf.evaluation.estimators.errors import EvalError
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:

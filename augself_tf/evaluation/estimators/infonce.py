@@ -22,8 +22,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from augself_tf.evaluation.errors import EvalError
-from augself_tf.evaluation.intervals import normal_ci95
+from augself_tf.evaluation.estimators.errors import EvalError
+from augself_tf.evaluation.estimators.intervals import normal_ci95
 
 
 @dataclasses.dataclass

@@ -11,7 +11,7 @@ Classifier: scikit-learn's default ``LogisticRegression()`` objective — multin
 ``C·Σ CE + ½‖W‖²``, intercept not penalised. The default solver (``"newton"``) solves that exact
 problem for all episodes at once: since the minimiser's W lies in the row space of the support
 features (W = −C·Xᵀ(P − Y)), each episode is rewritten on its ≤ N·K-dimensional SVD basis and solved
-by batched Newton steps with backtracking (:mod:`augself_tf.evaluation.newton_logreg`) — 2000 episodes
+by batched Newton steps with backtracking (:mod:`augself_tf.evaluation.estimators.newton_logreg`) — 2000 episodes
 take a few seconds instead of a minute of per-episode sklearn fits. ``solver="sklearn"`` fits
 ``LogisticRegression`` per episode (slow, for checking). (The reference code used
 ``LogisticRegression(solver="liblinear")``: one-vs-rest with a penalised intercept — a slightly different
@@ -26,9 +26,9 @@ import time
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from augself_tf.evaluation.errors import EvalError
-from augself_tf.evaluation.intervals import normal_ci95
-from augself_tf.evaluation.newton_logreg import episode_basis, fit_batched_logreg
+from augself_tf.evaluation.estimators.errors import EvalError
+from augself_tf.evaluation.estimators.intervals import normal_ci95
+from augself_tf.evaluation.estimators.newton_logreg import episode_basis, fit_batched_logreg
 
 SOLVERS: tuple[str, ...] = ("newton", "sklearn")
 

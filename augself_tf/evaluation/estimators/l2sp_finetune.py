@@ -36,9 +36,9 @@ from typing import Protocol
 import numpy as np
 import tensorflow as tf
 
-from augself_tf.evaluation import logreg
-from augself_tf.evaluation.errors import EvalError
-from augself_tf.evaluation.intervals import t_ci95
+from augself_tf.evaluation.estimators import logreg
+from augself_tf.evaluation.estimators.errors import EvalError
+from augself_tf.evaluation.estimators.intervals import t_ci95
 from augself_tf.progress import Progress
 
 
