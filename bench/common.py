@@ -169,10 +169,11 @@ class StepSpec:
     def config(self):  # -> TrainConfig (imported late: TensorFlow's log level is set first)
         """The run settings of this step: TrainConfig's defaults with this spec's fields."""
         from augself_tf.augment import AugmentConfig
+        from augself_tf.methods.model_config import ModelConfig
         from augself_tf.training.train_config import TrainConfig
 
-        return TrainConfig(method=self.method, augself=self.augself, backbone=self.backbone, width=self.width,
-                           augment=AugmentConfig(image_size=self.image_size), batch_size=self.batch_size,
+        model = ModelConfig(method=self.method, augself=self.augself, backbone=self.backbone, width=self.width)
+        return TrainConfig(model=model, augment=AugmentConfig(image_size=self.image_size), batch_size=self.batch_size,
                            jit_compile=self.jit_compile, mixed_precision=self.mixed_precision)
 
 

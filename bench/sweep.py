@@ -60,9 +60,9 @@ def run_params(flagfile: str, train_args: list[str]) -> dict:
     return {
         "name": os.path.splitext(os.path.basename(flagfile))[0],
         "flagfile": flagfile,
-        "method": cfg.method,
-        "augself": ",".join(cfg.augself) or "none",
-        "lambda": cfg.augself_weight if cfg.augself else None,
+        "method": cfg.model.method,
+        "augself": ",".join(cfg.model.augself_names) or "none",
+        "lambda": cfg.model.augself_weight if cfg.model.augself else None,
         "color_strength": cfg.augment.color_strength,
     }
 

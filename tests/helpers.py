@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from augself_tf.augment import AugmentConfig
 from augself_tf.methods import AugSelfModel, build_method
+from augself_tf.methods.model_config import ModelConfig
 from augself_tf.models.resnet import build_backbone
 from augself_tf.training.optim import build_optimizer
 from augself_tf.training.train_config import TrainConfig
@@ -157,9 +158,21 @@ def hparams_dashboard_rows(logdir: str) -> dict[str, tuple[dict, dict]]:
     return rows
 
 
+def replace_config(cfg: TrainConfig, **overrides) -> TrainConfig:
+    """``cfg`` with ``overrides``, each applied where it lives: `ModelConfig`'s fields to ``cfg.model``."""
+    model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    model = {k: overrides.pop(k) for k in list(overrides) if k in model_fields}
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **model), **overrides)
+
+
+def make_config(**settings) -> TrainConfig:
+    """A `TrainConfig` from flat settings, as the flags write them (model settings among the others)."""
+    return replace_config(TrainConfig(), **settings)
+
+
 def tiny_run(model_dir: str, **overrides) -> TrainConfig:
     """A pretraining run of a few seconds: MoCo + AugSelf at width 1/16, 16 px, batch 16, 6 steps."""
-    base = TrainConfig(
+    base = make_config(
         method="moco",
         augself=("crop", "color"),
         dataset="shapes",
@@ -177,4 +190,4 @@ def tiny_run(model_dir: str, **overrides) -> TrainConfig:
         shuffle_buffer=256,
         monitor="none",  # tests/test_monitors.py turns them on
     )
-    return dataclasses.replace(base, **overrides)
+    return replace_config(base, **overrides)

@@ -4,14 +4,17 @@ of another model, of the old position-keyed layout, or a run.json with other mod
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import batch, compile_model, make_model, run_steps
+from helpers import batch, compile_model, make_config, make_model, replace_config, run_steps, tiny_run
 
+from augself_tf.flag_fields import flag_fields
+from augself_tf.methods.model_config import ModelConfig, parse_augself_tasks
 from augself_tf.training.checkpoints import (
     CheckpointMismatchError,
     check_run_settings,
@@ -20,6 +23,7 @@ from augself_tf.training.checkpoints import (
     restore,
     training_state,
 )
+from augself_tf.training.loop import train
 from augself_tf.training.optim import build_optimizer
 
 
@@ -78,18 +82,85 @@ def test_a_checkpoint_of_another_model_or_layout_is_refused_in_one_line(tmp_path
         restore(make_checkpoint(model, model.optimizer), old, training_state(model, model.optimizer))
 
 
+STATS = ((0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
+
+
+def _checked(**model) -> dict:
+    return ModelConfig(**model).checked_settings(*STATS)
+
+
 def test_run_settings_refuse_another_model_but_allow_another_schedule(tmp_path):
-    settings = {"method": "moco", "backbone": "resnet18", "width": 0.25, "augself": ("crop", "color"),
-                "method_options": {"queue_size": 64, "temperature": None}, "input_mean": (0.5, 0.5, 0.5),
-                "epochs": 10}
+    settings = _checked(method="moco", backbone="resnet18", width=0.25, augself=("crop", "color"),
+                        method_options={"queue_size": 64, "temperature": None})
     check_run_settings(str(tmp_path), settings, write=True)
     with open(tmp_path / "run.json") as f:
         assert json.load(f)["model"]["method_options"] == {"queue_size": 64}
-    check_run_settings(str(tmp_path), {**settings, "epochs": 200}, write=True)  # the schedule may change
+    # Only the model's settings are checked: a run's schedule (epochs, lr, logging) may change on resume.
+    short, long = make_config(epochs=10, lr=0.1), make_config(epochs=200, lr=0.2)
+    assert short.model.checked_settings(*STATS) == long.model.checked_settings(*STATS)
     with pytest.raises(CheckpointMismatchError, match=r"--width=0.25 there, 0.5 now") as err:
-        check_run_settings(str(tmp_path), {**settings, "width": 0.5}, write=True)
+        check_run_settings(str(tmp_path), _checked(method="moco", backbone="resnet18", width=0.5,
+                                                   method_options={"queue_size": 64}), write=True)
     assert "\n" not in str(err.value)
     assert not os.path.exists(tmp_path / "run.json.tmp")
+
+
+# Another value for every ModelConfig flag; a field added to ModelConfig without one here fails the test below.
+OTHER_VALUES = {
+    "method": "simsiam", "augself": ("crop", "color:0.5"), "augself_weight": 0.5, "condition": ("crop",),
+    "condition_width": 32, "condition_depth": 3, "backbone": "resnet18", "width": 0.25,
+    "input_mean": "0.1,0.2,0.3", "input_std": "0.3,0.2,0.1",
+}
+
+
+def test_every_model_setting_is_refused_on_resume_naming_its_flag(tmp_path):
+    """run.json's checked settings are ModelConfig's fields themselves: none can be left out of the check."""
+    assert set(OTHER_VALUES) == {f.name for f in flag_fields(ModelConfig)}
+    base = ModelConfig(condition=("crop", "color"))
+    data_stats = ((0.4, 0.4, 0.4), (0.2, 0.2, 0.2))
+    check_run_settings(str(tmp_path), base.checked_settings(*base.input_statistics(*data_stats)), write=True)
+    changes = dict(OTHER_VALUES, augself=parse_augself_tasks("crop,color:0.5"))
+    for name, value in [*changes.items(), ("projector_dim", 32)]:
+        if name == "projector_dim":  # a method option: one flag each, recorded under method_options
+            other = dataclasses.replace(base, method_options={"projector_dim": 32})
+        else:
+            other = dataclasses.replace(base, **{name: value})
+        with pytest.raises(CheckpointMismatchError, match=f"--{name}=") as err:
+            check_run_settings(str(tmp_path), other.checked_settings(*other.input_statistics(*data_stats)),
+                               write=True)
+        assert "\n" not in str(err.value)
+
+
+def test_a_setting_an_older_run_json_lacks_is_recorded_not_refused(tmp_path):
+    settings = _checked(condition=("crop",), condition_width=16)
+    older = {k: v for k, v in settings.items() if k not in ("condition_width", "condition_depth", "augself_weight")}
+    (tmp_path / "run.json").write_text(json.dumps({"model": older}))
+    check_run_settings(str(tmp_path), settings, write=True)
+    with open(tmp_path / "run.json") as f:
+        assert json.load(f)["model"] == settings
+    with pytest.raises(CheckpointMismatchError, match="--condition_width=16 there, 8 now"):
+        check_run_settings(str(tmp_path), _checked(condition=("crop",), condition_width=8), write=True)
+
+
+def test_a_resume_with_another_embedding_width_stops_at_the_flag_not_at_a_variable_shape(tmp_path):
+    cfg = tiny_run(str(tmp_path), condition=("crop",), condition_width=8, condition_depth=2, max_steps=1,
+                   export=False)
+    train(cfg)
+    with pytest.raises(CheckpointMismatchError, match="--condition_width=8 there, 16 now"):
+        train(replace_config(cfg, condition_width=16, max_steps=2))
+
+
+def test_per_task_weights_weigh_each_augself_loss():
+    """--augself=crop:1.0,color:0.5: total = L_method + 1.0·L_crop + 0.5·L_color; a bare name takes λ."""
+    cfg = ModelConfig(method="none", augself=parse_augself_tasks("crop:1.0,color:0.5,flip"), augself_weight=2.0)
+    assert cfg.task_weights() == {"crop": 1.0, "color": 0.5, "flip": 2.0}
+    model = make_model("none", augself=cfg.task_weights())
+    losses = model.compute_losses(batch(), training=False)
+    logs = {k: float(v) for k, v in losses.logs.items()}
+    expected = logs["augself/crop_loss"] + 0.5 * logs["augself/color_loss"] + 2.0 * logs["augself/flip_loss"]
+    assert float(losses.total) == pytest.approx(expected, rel=1e-6)
+    assert logs["loss/augself"] == pytest.approx(
+        logs["augself/crop_loss"] + logs["augself/color_loss"] + logs["augself/flip_loss"], rel=1e-6)
 
 
 def test_keys_do_not_depend_on_creation_order():

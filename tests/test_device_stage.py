@@ -13,12 +13,13 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import make_config
 
 from augself_tf.augment import AugmentConfig, augment_view, augment_view_for_device, finish_views, ops, registry
 from augself_tf.augment.steps import DEVICE, HOST, Augmentation, Descriptor, Measurement, Probability, tanh_mse
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source
-from augself_tf.training.loop import TrainConfig, train
+from augself_tf.training.loop import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # shared/ sits beside the checkout (CI's clone and the work tree); /work/shared is where it lives here.
@@ -275,7 +276,7 @@ def test_a_toy_augmentation_is_one_entry_predicted_and_trained(toy_registered, t
     host, device, omega_h, _, _ = _both_modes(dataclasses.replace(config, image_size=32), salt=11)
     assert np.abs(device - host).mean() <= 2e-3
     assert all(abs(float(o["shift"][0])) > 0 for o in omega_h)
-    cfg = TrainConfig(method="simsiam", augself=("crop", "shift"), condition=("shift",), dataset="shapes",
+    cfg = make_config(method="simsiam", augself=("crop", "shift"), condition=("shift",), dataset="shapes",
                       backbone="resnet18_cifar", condition_width=8, condition_depth=2,
                       width=0.0625, augment=config, batch_size=8, max_steps=1, model_dir=str(tmp_path),
                       method_options={"projector_dim": 16, "predictor_hidden": 8}, verbose=0, export=False,

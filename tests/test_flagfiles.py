@@ -25,6 +25,7 @@ from augself_tf.data import tfds_source
 from augself_tf.data.sources import imagenet100_wnids, load_source, source_info
 from augself_tf.flag_fields import flag_fields, help_text
 from augself_tf.methods import METHODS, method_options
+from augself_tf.methods.model_config import ModelConfig
 from augself_tf.training.hparams import run_hparams
 from augself_tf.training.loop import TrainConfig, train
 from augself_tf.training.train_config import config_from_flags, define_train_flags
@@ -60,7 +61,8 @@ def _signature(cfg: TrainConfig) -> TrainConfig:
     """The config with the values that cannot change what runs blanked out."""
     augment = dataclasses.replace(cfg.augment, color_strength=0.0,
                                   probabilities={**cfg.augment.probabilities, "gray_prob": 0.0})
-    return dataclasses.replace(cfg, model_dir="", augself_weight=0.0, augment=augment)
+    return dataclasses.replace(cfg, model_dir="", model=dataclasses.replace(cfg.model, augself_weight=0.0),
+                               augment=augment)
 
 
 def _groups() -> dict[str, list[str]]:
@@ -101,31 +103,32 @@ def _expected_augself(name: str) -> tuple[str, ...]:
 @pytest.mark.parametrize("name", NAMES)
 def test_flagfile_parses_into_the_paper_settings(name):
     cfg = parse(name)
+    model = cfg.model
     assert cfg.model_dir == f"runs/{name}"
-    assert cfg.augself == _expected_augself(name)
+    assert model.augself_names == _expected_augself(name)
     # CASSLE's reference run (mprzewie/AugSelf README): --aug-cond crop color color_diff blur grayscale,
     # --aug-nn-depth 6 --aug-nn-width 64.
     cassle = name.endswith("_cassle")
-    assert cfg.condition == (("crop", "color", "color_diff", "blur", "grayscale") if cassle else ())
-    assert (cfg.condition_width, cfg.condition_depth) == (64, 6)
-    opts = {k: v for k, v in cfg.method_options.items() if v is not None}
+    assert model.condition == (("crop", "color", "color_diff", "blur", "grayscale") if cassle else ())
+    assert (model.condition_width, model.condition_depth) == (64, 6)
+    opts = {k: v for k, v in model.method_options.items() if v is not None}
     if name.startswith("stl10_"):
-        assert (cfg.dataset, cfg.split, cfg.backbone, cfg.width) == ("stl10", "train+unlabelled", "resnet18", 1.0)
+        assert (cfg.dataset, cfg.split, model.backbone, model.width) == ("stl10", "train+unlabelled", "resnet18", 1.0)
         assert (cfg.augment.image_size, cfg.batch_size, cfg.epochs) == (96, 256, 200)
         assert (cfg.lr, cfg.weight_decay) == (0.03, 5e-4)
         lam = re.search(r"_lambda([\d.]+)$", name)
-        assert cfg.augself_weight == (float(lam.group(1)) if lam else 1.0)
+        assert model.augself_weight == (float(lam.group(1)) if lam else 1.0)
         assert cfg.augment.blur_kernel_size == 9
     else:
         assert name.startswith("imagenet100_")
-        assert (cfg.dataset, cfg.split, cfg.backbone, cfg.width) == ("imagenet100", "train", "resnet50", 1.0)
+        assert (cfg.dataset, cfg.split, model.backbone, model.width) == ("imagenet100", "train", "resnet50", 1.0)
         assert cfg.augment.image_size == 224 and cfg.weight_decay == 1e-4
         assert cfg.augment.blur_kernel_size == 23
-        if cfg.augself:
-            assert cfg.augself_weight == 0.5
+        if model.augself:
+            assert model.augself_weight == 0.5
     method = name.split("_")[2 if name.startswith(("stl10_rotation", "stl10_solarize", "stl10_color")) else 1]
     method = {"single": "none"}.get(method, method)
-    assert cfg.method == method
+    assert model.method == method
     s = re.match(r"stl10_color([\d.]+)_", name)
     strength = float(s.group(1)) if s else 1.0
     np.testing.assert_allclose(cfg.augment.jitter_strength, (0.4 * strength, 0.4 * strength, 0.4 * strength,
@@ -143,17 +146,17 @@ def test_flagfile_parses_into_the_paper_settings(name):
         assert (cfg.lr, cfg.batch_size, cfg.epochs, opts["projector_hidden"]) == (0.03, 256, 500, 2048)
     if name.startswith("imagenet100_supervised"):
         assert (cfg.batch_size, cfg.epochs) == (128, 100)
-    if cfg.method == "simsiam" and name.startswith("stl10_"):
+    if model.method == "simsiam" and name.startswith("stl10_"):
         assert opts["projector_layers"] == 2 and opts["projector_dim"] == 2048 and opts["predictor_hidden"] == 512
     if name.startswith("stl10_moco"):
         assert (opts["projector_hidden"], opts["projector_dim"], opts["queue_size"]) == (512, 128, 65536)
         assert (opts["temperature"], opts["key_momentum"]) == (0.2, 0.999)
-    if cfg.method == "byol":
+    if model.method == "byol":
         assert (opts["projector_hidden"], opts["projector_dim"], opts["predictor_hidden"]) == (4096, 256, 4096)
         assert opts["target_momentum"] == 0.996
-    if cfg.method == "simclr":
+    if model.method == "simclr":
         assert (opts["projector_hidden"], opts["projector_dim"], opts["temperature"]) == (512, 128, 0.2)
-    if cfg.method == "swav":
+    if model.method == "swav":
         assert (opts["projector_hidden"], opts["projector_dim"], opts["num_prototypes"]) == (2048, 128, 100)
         assert (opts["sinkhorn_epsilon"], opts["sinkhorn_iterations"], opts["temperature"]) == (0.05, 3, 0.1)
         assert opts["freeze_prototypes_steps"] == -1
@@ -245,7 +248,7 @@ def test_no_flags_give_trainconfigs_defaults_and_every_setting_is_a_flag():
     values(["augself-train"])
     cfg = config_from_flags(values)
     default = TrainConfig()
-    for cls, instance in ((TrainConfig, default), (AugmentConfig, default.augment)):
+    for cls, instance in ((TrainConfig, default), (ModelConfig, default.model), (AugmentConfig, default.augment)):
         for field in flag_fields(cls):
             assert field.name in values, f"the setting {field.name} has no flag"
             flag_default = getattr(instance, field.name)
@@ -253,8 +256,10 @@ def test_no_flags_give_trainconfigs_defaults_and_every_setting_is_a_flag():
                 flag_default = field.metadata["text"](flag_default)
             assert values[field.name].default == flag_default, field.name
             assert values[field.name].help.endswith(help_text(field)), field.name  # enums prefix <choices>
-    assert cfg == dataclasses.replace(default, method_options={name: None for name in method_options()})
-    assert (cfg.backbone, cfg.width, cfg.epochs, cfg.augment.image_size) == ("resnet18_cifar", 0.125, 10, 32)
+    assert cfg == dataclasses.replace(default, model=dataclasses.replace(
+        default.model, method_options={name: None for name in method_options()}))
+    assert (cfg.model.backbone, cfg.model.width, cfg.epochs, cfg.augment.image_size) == ("resnet18_cifar", 0.125, 10,
+                                                                                           32)
     assert cfg.augment.probabilities == AugmentConfig().probabilities  # the registry's declared defaults
 
 
@@ -289,6 +294,7 @@ def _as_before(cfg: TrainConfig) -> dict:
     method's effective options, the HParams columns and the blur kernel."""
     record = dataclasses.asdict(dataclasses.replace(cfg, augment=None, on_step=None))
     del record["on_step"]
+    record.update(record.pop("model"), augself=list(cfg.model.augself_names))  # the model's fields were TrainConfig's
     a = cfg.augment
     record["augment"] = {
         "image_size": a.image_size, "crop_scale": a.crop_scale, "crop_ratio": a.crop_ratio,
@@ -296,8 +302,8 @@ def _as_before(cfg: TrainConfig) -> dict:
         **{k: a.probability(k) for k in ("flip_prob", "jitter_prob", "gray_prob", "blur_prob", "rotation_prob",
                                          "solarize_prob")},
     }
-    effective = {f.name: f.default for f in flag_fields(METHODS[cfg.method].Options)}
-    effective.update({k: v for k, v in cfg.method_options.items() if v is not None and k in effective})
+    effective = {f.name: f.default for f in flag_fields(METHODS[cfg.model.method].Options)}
+    effective.update({k: v for k, v in cfg.model.method_options.items() if v is not None and k in effective})
     return json.loads(json.dumps({"config": record, "method_kwargs": effective, "hparams": run_hparams(cfg),
                                   "blur_kernel_size": a.blur_kernel_size}))
 
@@ -323,4 +329,4 @@ def test_flagfiles_normalise_with_the_reference_codes_statistics(name):
     from augself_tf.data.source_base import IMAGENET_MEAN, IMAGENET_STD, STL10_MEAN, STL10_STD
 
     expected = (STL10_MEAN, STL10_STD) if name.startswith("stl10") else (IMAGENET_MEAN, IMAGENET_STD)
-    assert parse(name).input_statistics((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)) == expected
+    assert parse(name).model.input_statistics((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)) == expected

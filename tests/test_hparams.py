@@ -3,10 +3,9 @@ and the eval results logged to it, read back through TensorBoard's own HParams b
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
-from helpers import hparams_dashboard_rows, tiny_run
+from helpers import hparams_dashboard_rows, replace_config, tiny_run
 
 from augself_tf.runtime.tensorboard import log_eval_records, metric_tag
 from augself_tf.training.loop import train
@@ -15,7 +14,7 @@ from augself_tf.training.loop import train
 def test_sweep_runs_appear_as_one_hparams_table_with_eval_results(tmp_path):
     root = str(tmp_path / "sweep")
     for name, weight, augself in (("lam0.5", 0.5, ("crop", "color")), ("base", 1.0, ())):
-        cfg = dataclasses.replace(tiny_run(os.path.join(root, name)), augself_weight=weight, augself=augself,
+        cfg = replace_config(tiny_run(os.path.join(root, name)), augself_weight=weight, augself=augself,
                                   max_steps=1, log_every=1, export=False)
         train(cfg)
     record = {"protocol": "linear", "dataset": "shapes:color", "metric": "top1", "value": 0.625}

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import mirrored_cpus
+from helpers import make_config, replace_config
 
 from augself_tf.augment import AugmentConfig
 from augself_tf.data.eval_view import CHANNEL_PERMUTATIONS
@@ -120,13 +121,13 @@ def test_features_gathered_across_replicas_equal_the_backbone_on_every_image_onc
 
 def monitored_run(model_dir: str, **overrides) -> TrainConfig:
     # shapes 'test' (1000 images) in batches of 200: 5 steps per epoch.
-    base = TrainConfig(method="simsiam", augself=("crop", "color"), dataset="shapes", split="test",
+    base = make_config(method="simsiam", augself=("crop", "color"), dataset="shapes", split="test",
                        backbone="resnet18_cifar", width=0.0625, augment=AugmentConfig(image_size=16),
                        batch_size=200, epochs=2, max_steps=6, model_dir=model_dir, verbose=0, export=False,
                        method_options={"projector_dim": 16, "predictor_hidden": 8}, shuffle_buffer=256,
                        monitor="auto", monitor_every=1, monitor_bank_size=300, monitor_query_size=100,
                        monitor_k=20)
-    return dataclasses.replace(base, **overrides)
+    return replace_config(base, **overrides)
 
 
 def _monitor_events(tb_dir: str) -> dict[str, dict[int, float]]:

@@ -12,11 +12,8 @@ from typing import Protocol
 
 import tensorflow as tf
 
-# Per-channel statistics of [0, 1] pixels that models normalise their input with (the reference code's
-# Normalize): torchvision's ImageNet values, which are also ImageNet100's and every other source's default,
-# and the paper's STL10 values.
-IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-STL10_MEAN, STL10_STD = (0.43, 0.42, 0.39), (0.27, 0.26, 0.27)
+# Re-exported: every source reports its pair of these (SourceInfo.mean/std).
+from augself_tf.image_statistics import IMAGENET_MEAN, IMAGENET_STD, STL10_MEAN, STL10_STD  # noqa: F401
 
 _UNKNOWN = "unknown dataset {spec!r}: use a tfds name (stl10, cifar10, ...), 'folder:PATH' or 'shapes'"
 

@@ -11,7 +11,7 @@ constant-lr group are the optimizer's (:class:`augself_tf.training.optim.TorchSG
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, NamedTuple
 
 import keras
@@ -85,8 +85,9 @@ class AugSelfModel(keras.Model):
 
     Args:
       backbone: a Keras model mapping images [N,H,W,3] to pooled features [N,d].
-      augself: names of the augmentations whose ω difference is predicted (keys of `AUGMENTATIONS`).
-      augself_weight: λ in L = L_method + λ·Σ_aug L_aug.
+      augself: names of the augmentations whose ω difference is predicted (keys of `AUGMENTATIONS`), or a
+        mapping of those names to each task's own weight w_aug.
+      augself_weight: λ in L = L_method + Σ_aug w_aug·L_aug, the weight of every task given by name only.
       synchronized_bn: cross-replica batch statistics in the heads.
       augment: the augmentation settings, for the device stage of a batch made with
         ``photometric="device"`` (``finish_views`` runs at the start of every step, per replica), and for the
@@ -146,7 +147,7 @@ class AugSelfModel(keras.Model):
     def __init__(
         self,
         backbone: keras.Model,
-        augself: tuple[str, ...] = (),
+        augself: tuple[str, ...] | Mapping[str, float] = (),
         augself_weight: float = 1.0,
         synchronized_bn: bool = False,
         augment: AugmentConfig | None = None,
@@ -164,12 +165,14 @@ class AugSelfModel(keras.Model):
         unknown = [a for a in augself if a not in AUGMENTATIONS]
         if unknown:
             raise ValueError(f"unknown AugSelf augmentation {unknown[0]!r}; choose from {', '.join(AUGMENTATIONS)}")
-        if augself_weight < 0:
-            raise ValueError(f"augself_weight (λ) must be >= 0, got {augself_weight}")
         self.backbone = backbone
         self.feature_dim = int(backbone.output_shape[-1])
         self.augself = tuple(augself)
         self.augself_weight = float(augself_weight)
+        weights = augself if isinstance(augself, Mapping) else dict.fromkeys(augself, augself_weight)
+        if any(not w >= 0 for w in weights.values()):
+            raise ValueError(f"AugSelf task weights must be >= 0, got {dict(weights)}")
+        self.augself_weights = {name: float(w) for name, w in weights.items()}
         self.synchronized_bn = synchronized_bn
         self.augment_config = augment or AugmentConfig()
         self.conditioning = Conditioning.create(condition, condition_width, condition_depth)
@@ -243,7 +246,8 @@ class AugSelfModel(keras.Model):
     def augself_loss(
         self, f1: tf.Tensor, f2: tf.Tensor, omega1: dict, omega2: dict, training: bool
     ) -> tuple[tf.Tensor, dict]:
-        """Σ_aug L_aug over both orders: φ([f1,f2]) → ω_diff(1,2) and φ([f2,f1]) → ω_diff(2,1)."""
+        """Σ_aug L_aug over both orders: φ([f1,f2]) → ω_diff(1,2) and φ([f2,f1]) → ω_diff(2,1); each L_aug is
+        logged as ``augself/<aug>_loss``."""
         if not self.augself:
             return tf.constant(0.0), {}
         pairs = tf.concat([tf.concat([f1, f2], -1), tf.concat([f2, f1], -1)], 0)
@@ -281,7 +285,10 @@ class AugSelfModel(keras.Model):
         batch = finish_views(batch, self.augment_config)
         forward = self.method_forward(batch, training)
         aug_loss, aug_logs = self.augself_loss(forward.f1, forward.f2, batch["omega1"], batch["omega2"], training)
-        total = forward.loss + self.augself_weight * aug_loss
+        weighted = tf.constant(0.0)
+        for name, weight in self.augself_weights.items():
+            weighted += weight * aug_logs[f"augself/{name}_loss"]
+        total = forward.loss + weighted
         logs = {"loss/total": total, "loss/method": forward.loss, "loss/augself": aug_loss, **forward.logs,
                 **aug_logs}
         return Losses(total, logs, forward)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import keras
 from keras import KerasTensor, layers
 
-from augself_tf.data.source_base import IMAGENET_MEAN, IMAGENET_STD
+from augself_tf.image_statistics import IMAGENET_MEAN, IMAGENET_STD
 from augself_tf.models.batch_norm import BatchNorm
 from augself_tf.models.torch_init import Linear, torch_default_kernel
 

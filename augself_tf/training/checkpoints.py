@@ -18,10 +18,6 @@ from collections.abc import Mapping
 import keras
 import tensorflow as tf
 
-#: The settings whose values define the model's variables or its function; any other setting (epochs,
-#: logging, monitors, ...) may change when a run is resumed.
-MODEL_SETTINGS = ("method", "method_options", "backbone", "width", "augself", "condition", "input_mean",
-                  "input_std")
 RUN_FILE = "run.json"
 _STATE = "state"
 
@@ -146,31 +142,33 @@ def restore(checkpoint: tf.train.Checkpoint, path: str, state: Mapping[str, tf.V
     checkpoint.restore(path).assert_existing_objects_matched()
 
 
-def _jsonable(value):
-    if isinstance(value, tuple | list):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, Mapping):  # unset options (None) are the method's defaults: not recorded
-        return {str(k): _jsonable(v) for k, v in sorted(value.items()) if v is not None}
-    return value
-
-
 def check_run_settings(model_dir: str, settings: Mapping, *, write: bool) -> None:
-    """Compares `settings` with ``model_dir/run.json``; writes the file (atomically) when it is absent.
+    """Compares `settings` (`ModelConfig.checked_settings`, JSON values) with ``model_dir/run.json``; writes the
+    file (atomically) when it is absent, or adds the settings an older version did not record.
 
     Raises:
-      CheckpointMismatchError: a model-defining setting differs from the one the run was started with.
+      CheckpointMismatchError: a model-defining setting differs from the one the run was started with; the
+        message names each one by its flag.
     """
     path = os.path.join(model_dir, RUN_FILE)
-    current = {k: _jsonable(settings[k]) for k in MODEL_SETTINGS if k in settings}
+    current = dict(settings)
     if os.path.exists(path):
         with open(path) as f:
             recorded = json.load(f).get("model", {})
-        differ = [k for k in sorted(set(current) | set(recorded)) if current.get(k) != recorded.get(k)]
+        # A setting an older run.json does not hold was not checked then: it is recorded from now on. Unset
+        # method options are not recorded, so every option either side holds is compared.
+        opts_now, opts_then = current.get("method_options", {}), recorded.get("method_options", {})
+        differ = [(k, recorded[k], current.get(k)) for k in sorted(recorded) if k != "method_options"
+                  and current.get(k) != recorded[k]]
+        differ += [(k, opts_then.get(k), opts_now.get(k)) for k in sorted(set(opts_now) | set(opts_then))
+                   if opts_now.get(k) != opts_then.get(k)]
         if differ:
-            what = ", ".join(f"--{k}={recorded.get(k)!r} there, {current.get(k)!r} now" for k in differ)
+            what = ", ".join(f"--{k}={then!r} there, {now!r} now" for k, then, now in differ)
             raise CheckpointMismatchError(f"{model_dir} holds a run with other model settings ({what}); resume with "
                                           "its settings or use a new --model_dir")
-        return
+        if set(current) <= set(recorded) or not write:
+            return
+        current = {**current, **recorded}
     if write:
         os.makedirs(model_dir, exist_ok=True)
         tmp = path + ".tmp"

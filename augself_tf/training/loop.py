@@ -15,12 +15,11 @@ import tensorflow as tf
 
 from augself_tf.augment import PHOTOMETRIC_MODES, finish_views
 from augself_tf.data.pretrain import make_pair_dataset
-from augself_tf.data.source_base import IMAGENET_MEAN, IMAGENET_STD
 from augself_tf.data.sources import load_source, source_info
 from augself_tf.export.saved_model import export_backbone
-from augself_tf.methods import METHODS, build_method
+from augself_tf.image_statistics import IMAGENET_MEAN, IMAGENET_STD
+from augself_tf.methods import METHODS
 from augself_tf.methods.augself_model import AugSelfModel, PretrainData
-from augself_tf.models.resnet import build_backbone
 from augself_tf.progress import Progress
 from augself_tf.runtime.determinism import make_deterministic
 from augself_tf.runtime.strategy import is_chief, make_strategy
@@ -132,31 +131,20 @@ def build_model(
 ) -> AugSelfModel:
     """The run's model under ``strategy``'s scope, compiled with its optimizer, every variable built.
 
-    The backbone and method of ``cfg`` (the method's options completed from ``data`` by the method itself,
+    The backbone and method of ``cfg.model`` (the method's options completed from ``data`` by the method itself,
     :meth:`~augself_tf.methods.augself_model.AugSelfModel.complete_options`), built at the views' size, with the
     batch-scaled SGD of ``cfg.lr`` and ``cfg.weight_decay`` over ``data.total_steps``. The backbone normalises
-    its input with ``input_mean`` / ``input_std`` (default: ``cfg``'s, else ImageNet's statistics). The
+    its input with ``input_mean`` / ``input_std`` (default: ``cfg.model``'s, else ImageNet's statistics). The
     benchmarks time the step of this model (bench/common.py).
     """
+    model_cfg = cfg.model
     if input_mean is None or input_std is None:
-        input_mean, input_std = cfg.input_statistics(IMAGENET_MEAN, IMAGENET_STD)
+        input_mean, input_std = model_cfg.input_statistics(IMAGENET_MEAN, IMAGENET_STD)
     replicas = strategy.num_replicas_in_sync
     with strategy.scope():
-        backbone = build_backbone(cfg.backbone, cfg.width, synchronized_bn=replicas > 1, input_mean=input_mean,
-                                  input_std=input_std)
-        options = METHODS.get(cfg.method, AugSelfModel).complete_options(cfg.method_options, data, log)
-        model = build_method(
-            cfg.method,
-            backbone,
-            options=options,
-            augself=cfg.augself,
-            augself_weight=cfg.augself_weight,
-            condition=cfg.condition,
-            condition_width=cfg.condition_width,
-            condition_depth=cfg.condition_depth,
-            synchronized_bn=replicas > 1,
-            augment=cfg.augment,
-        )
+        options = METHODS.get(model_cfg.method, AugSelfModel).complete_options(model_cfg.method_options, data, log)
+        model = model_cfg.build(options=options, input_mean=input_mean, input_std=input_std,
+                                synchronized_bn=replicas > 1, augment=cfg.augment)
         model.build_all(cfg.augment.image_size)
         optimizer = build_optimizer(cfg.lr, cfg.batch_size, data.total_steps, mixed_precision=cfg.mixed_precision,
                                     weight_decay=cfg.weight_decay,
@@ -201,8 +189,12 @@ def train(cfg: TrainConfig) -> TrainResult:
         total_steps = min(total_steps, cfg.max_steps)
     monitor_plan = plan_monitors(cfg, info.num_examples)  # bad monitor flags fail before the model is built
 
-    input_mean, input_std = cfg.input_statistics(info.mean, info.std)
+    input_mean, input_std = cfg.model.input_statistics(info.mean, info.std)
     model_dir = os.path.abspath(cfg.model_dir)
+    # Before anything is built: a resume with other model settings stops at once, naming the flags. The file
+    # is written once the model is built, so that settings no model can be built from are never recorded.
+    model_settings = cfg.model.checked_settings(input_mean, input_std)
+    check_run_settings(model_dir, model_settings, write=False)
     # Non-chief workers must still take part in saving (collectives), but write to scratch space.
     write_dir = model_dir if chief else tempfile.mkdtemp(prefix="augself_worker_")
     ckpt_dir = os.path.join(write_dir, "checkpoints")
@@ -211,6 +203,7 @@ def train(cfg: TrainConfig) -> TrainResult:
     data = PretrainData(cfg.dataset, info.num_examples, max(0, info.num_classes or 0), cfg.batch_size, total_steps,
                         steps_per_epoch)
     model = build_model(cfg, strategy, data, input_mean, input_std, log=lambda msg: _log(cfg, msg))
+    check_run_settings(model_dir, model_settings, write=chief)
     optimizer = model.optimizer
     with strategy.scope():
         state = training_state(model, optimizer)
@@ -219,9 +212,6 @@ def train(cfg: TrainConfig) -> TrainResult:
     # Every worker resumes from the CHIEF's checkpoints (model_dir must be shared by all workers): a
     # non-chief's own scratch dir is new on every launch, and workers at different steps would deadlock.
     latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
-    settings = {**dataclasses.asdict(dataclasses.replace(cfg, on_step=None, augment=None)),
-                "input_mean": input_mean, "input_std": input_std}
-    check_run_settings(model_dir, settings, write=chief)
     if latest:
         restore(checkpoint, latest, state)
         _log(cfg, f"Resumed from {latest}")

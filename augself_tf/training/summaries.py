@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from augself_tf.methods.model_config import augself_text
+
 
 def make_writer(logdir: str | None) -> tf.summary.SummaryWriter | None:
     """A summary writer, or None on workers that do not write."""
@@ -48,16 +50,17 @@ def describe_run(
     input_statistics: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
 ) -> str:
     """One paragraph a user reads before a long run starts."""
-    aug = ",".join(cfg.augself) or "off"
-    condition = (f" + conditioned projector[{','.join(cfg.condition)}] (MLP {cfg.condition_depth}×"
-                 f"{cfg.condition_width})" if cfg.condition else "")
+    model = cfg.model
+    aug = augself_text(model.augself) if model.augself else "off"
+    condition = (f" + conditioned projector[{','.join(model.condition)}] (MLP {model.condition_depth}×"
+                 f"{model.condition_width})" if model.condition else "")
     norm = ""
     if input_statistics is not None:
         mean, std = (",".join(f"{v:g}" for v in t) for t in input_statistics)
         norm = f"  input normalised with mean {mean}, std {std} (--input_mean, --input_std)\n"
     return (
-        f"Pretraining {cfg.method} + AugSelf[{aug}] (λ={cfg.augself_weight}){condition} on {cfg.dataset}:{cfg.split} "
-        f"({num_examples} images), {cfg.backbone} width {cfg.width} at {cfg.augment.image_size} px\n"
+        f"Pretraining {model.method} + AugSelf[{aug}] (λ={model.augself_weight}){condition} on {cfg.dataset}:"
+        f"{cfg.split} ({num_examples} images), {model.backbone} width {model.width} at {cfg.augment.image_size} px\n"
         f"  photometric augmentations: {photometric} ({_WHERE[photometric]})\n{norm}"
         f"  global batch {cfg.batch_size} on {replicas} replica(s), {steps_per_epoch} steps/epoch, "
         f"{total_steps} steps, lr {cfg.lr}×batch/256, coupled L2 {cfg.weight_decay}\n"

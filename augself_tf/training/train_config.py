@@ -2,7 +2,7 @@
 
 The defaults are a small CPU run on the embedded ``shapes`` data (a few minutes on two cores); the paper's
 settings live in the flagfiles under flags/. augself-train's flags are generated (`define_train_flags`): one
-per `option` field (augself_tf/flag_fields.py) of `TrainConfig` and of its `AugmentConfig`, one per
+per `option` field (augself_tf/flag_fields.py) of `TrainConfig` and of its `ModelConfig` and `AugmentConfig`, one per
 augmentation probability the registry declares, and one per method option name (`augself_tf.methods`);
 `config_from_flags` assembles the `TrainConfig` back from them. A field added here is a flag there.
 """
@@ -22,13 +22,11 @@ from augself_tf.flag_fields import (
     define_flags,
     flag_fields,
     flag_value,
-    names_text,
     option,
     values_from_flags,
 )
-from augself_tf.methods import METHODS, define_method_flags, method_options_from_flags
-from augself_tf.methods.conditioning import DEFAULT_DEPTH, DEFAULT_WIDTH
-from augself_tf.models.resnet import BACKBONES
+from augself_tf.methods import define_method_flags, method_options_from_flags
+from augself_tf.methods.model_config import ModelConfig
 from augself_tf.runtime.strategy import STRATEGIES
 from augself_tf.training.knn import DEFAULT_K, DEFAULT_TEMPERATURE
 
@@ -40,34 +38,16 @@ CPU_IMAGE_SIZE = 32
 class TrainConfig:
     """Everything one pretraining run needs (`config_from_flags` fills it from flags of the same names).
 
-    Fields made with `option` are flags; ``augment`` holds the augmentation settings (`AugmentConfig`'s own
-    option fields and probabilities are flags too), ``method_options`` the method-option flags ({name: value},
-    None where unset); ``verbose`` and ``on_step`` are for programs and tests.
+    Fields made with `option` are flags; ``model`` holds the settings that define the model (`ModelConfig`'s
+    option fields are flags too, and its ``method_options`` the method-option flags), ``augment`` the
+    augmentation settings (`AugmentConfig`'s option fields and probabilities are flags too); ``verbose`` and
+    ``on_step`` are for programs and tests.
     """
 
-    method: str = option("moco", "Invariance objective ('none' = AugSelf alone).", choices=tuple(METHODS))
-    augself: tuple[str, ...] = option(
-        ("crop", "color"), lambda: f"Comma-separated ω to predict ({', '.join(registry.AUGSELF_CHOICES)}); '' or "
-                                   "'none' turns AugSelf off.", parse=registry.parse_augself, text=names_text)
-    augself_weight: float = option(1.0, "λ: total = L_method + λ·Σ L_aug (paper: 1.0 STL10, 0.5 ImageNet100).")
-    # CASSLE: descriptors of each view's augmentations that its projector reads (registry.DESCRIPTORS); () = off.
-    condition: tuple[str, ...] = option(
-        (), lambda: "Comma-separated augmentation descriptors each view's projector is conditioned on (CASSLE; "
-                    f"{', '.join(registry.CONDITION_CHOICES)}); '' or 'none' turns conditioning off.",
-        parse=registry.parse_condition, text=names_text)
-    condition_width: int = option(DEFAULT_WIDTH, "Units per layer of the --condition ω-embedding MLP (CASSLE: 64).")
-    condition_depth: int = option(DEFAULT_DEPTH, "Linear layers of the --condition ω-embedding MLP (CASSLE: 6).")
     dataset: str = option("shapes", "'shapes' (embedded), a tfds name (stl10, ...) or folder:PATH.")
     split: str = option("train", "Split(s) to pretrain on, e.g. 'train+unlabelled' for STL10 (tfds' spelling).")
     data_dir: str | None = option(None, "tensorflow-datasets data_dir.")
-    backbone: str = option("resnet18_cifar", "Backbone.", choices=BACKBONES)
-    width: float = option(0.125, "Channel multiplier of the backbone (1.0 = standard ResNet).")
-    input_mean: str | None = option(None, "Per-channel mean R,G,B the backbone's first layer subtracts from [0, 1] "
-                                          "pixels (default: the pretraining data's; STL10 0.43,0.42,0.39, else "
-                                          "ImageNet's 0.485,0.456,0.406, as the paper's code).")
-    input_std: str | None = option(None, "Per-channel std R,G,B the backbone's first layer divides by (default: the "
-                                         "pretraining data's; STL10 0.27,0.26,0.27, else ImageNet's "
-                                         "0.229,0.224,0.225).")
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     augment: AugmentConfig = dataclasses.field(default_factory=lambda: AugmentConfig(image_size=CPU_IMAGE_SIZE))
     batch_size: int = option(256, "GLOBAL batch size (split over replicas).", minimum=1)
     epochs: int = option(10, "Training epochs.", minimum=1)
@@ -85,7 +65,6 @@ class TrainConfig:
     photometric: str = option("auto", "Where the photometric augmentations run: 'host' in tf.data, 'device' "
                                        "batched in the training step (uint8 transport); auto = device when a GPU "
                                        "or TPU is visible.", choices=("auto", *PHOTOMETRIC_MODES))
-    method_options: dict = dataclasses.field(default_factory=dict)
     log_every: int = option(10, "TensorBoard scalars every N steps.")
     checkpoint_every: int = option(0, "Checkpoint every N steps (0: at the end of every epoch).")
     keep_checkpoints: int = option(3, "Checkpoints kept in model_dir/checkpoints.")
@@ -112,23 +91,14 @@ class TrainConfig:
     verbose: int = 1
     on_step: Callable[[int], None] | None = None  # called after each step (tests use it to interrupt)
 
-    def input_statistics(self, data_mean: tuple[float, ...], data_std: tuple[float, ...]
-                         ) -> tuple[tuple[float, ...], tuple[float, ...]]:
-        """(mean, std) the backbone normalises with: the flags where set, else the pretraining data's.
-
-        Raises:
-          ValueError: a flag that is not three numbers (std positive).
-        """
-        return (_three("input_mean", self.input_mean, data_mean),
-                _three("input_std", self.input_std, data_std, positive=True))
-
     def resolved_model_dir(self) -> str:
         """``model_dir``, or runs/<method>[_augself_<augs>][_condition_<descriptors>] when unset."""
         if self.model_dir:
             return self.model_dir
-        suffix = f"_augself_{'_'.join(self.augself)}" if self.augself else ""
-        suffix += f"_condition_{'_'.join(self.condition)}" if self.condition else ""
-        return os.path.join("runs", self.method + suffix)
+        model = self.model
+        suffix = f"_augself_{'_'.join(model.augself_names)}" if model.augself else ""
+        suffix += f"_condition_{'_'.join(model.condition)}" if model.condition else ""
+        return os.path.join("runs", model.method + suffix)
 
 
 def define_train_flags(flag_values: Any, module_name: str) -> None:
@@ -139,6 +109,7 @@ def define_train_flags(flag_values: Any, module_name: str) -> None:
     ``when_predicted`` default when AugSelf predicts the step) and one per method option name.
     """
     define_flags("", TrainConfig, flag_values, module_name)
+    define_flags("", ModelConfig, flag_values, module_name)
     define_flags("", AugmentConfig, flag_values, module_name, defaults=TrainConfig().augment)
     for knob in registry.probabilities():
         shown = "" if knob.when_predicted is not None else f" (default {knob.default})"
@@ -153,34 +124,24 @@ def config_from_flags(flag_values: Any) -> TrainConfig:
       ValueError: a flag value no run can use (an unknown augmentation, a non-positive size, ...).
     """
     values = values_from_flags("", TrainConfig, flag_values)
-    augself = values["augself"]
+    model = ModelConfig(**values_from_flags("", ModelConfig, flag_values),
+                        method_options=method_options_from_flags(flag_values))
     probabilities = {
         step.probability.field: step.probability.resolve(flag_values[step.probability.field].value,
-                                                         step.name in augself)
+                                                         step.name in model.augself_names)
         for step in registry.PIPELINE if step.probability is not None
     }
     augment = AugmentConfig(**values_from_flags("", AugmentConfig, flag_values), probabilities=probabilities)
-    return TrainConfig(**values, augment=augment, method_options=method_options_from_flags(flag_values))
+    return TrainConfig(**values, model=model, augment=augment)
 
 
 def flag_values_of(cfg: TrainConfig) -> dict[str, Any]:
     """Every setting of a run by its flag's name, as the flag writes it (None where unset): the `option`
-    fields of `TrainConfig` and `AugmentConfig`, the probabilities and the method options (HParams)."""
+    fields of `TrainConfig`, `ModelConfig` and `AugmentConfig`, the probabilities and the method options
+    (HParams)."""
     values = {f.name: flag_value(f, getattr(cfg, f.name)) for f in flag_fields(TrainConfig)}
+    values.update({f.name: flag_value(f, getattr(cfg.model, f.name)) for f in flag_fields(ModelConfig)})
     values.update({f.name: flag_value(f, getattr(cfg.augment, f.name)) for f in flag_fields(AugmentConfig)})
     values.update({knob.field: cfg.augment.probability(knob.field) for knob in registry.probabilities()})
-    values.update(cfg.method_options)
-    return values
-
-
-def _three(flag: str, text: str | None, default: tuple[float, ...], positive: bool = False) -> tuple[float, ...]:
-    if text is None or not str(text).strip():
-        return tuple(float(v) for v in default)
-    try:
-        values = tuple(float(v) for v in str(text).split(","))
-    except ValueError:
-        values = ()
-    if len(values) != 3 or (positive and min(values) <= 0):
-        kind = "positive numbers" if positive else "numbers"
-        raise ValueError(f"--{flag} must be three comma-separated {kind} (R,G,B), got {text!r}")
+    values.update(cfg.model.method_options)
     return values

@@ -1,0 +1,170 @@
+"""The settings that define a pretraining model, written once: the model is built from them whole.
+
+`ModelConfig` holds the backbone, its input statistics, the method and its options, the AugSelf tasks with a
+weight each, and the ω-conditioned projector. Every field is a flag of augself-train (`TrainConfig` nests it
+as it nests `AugmentConfig`), and every field is a setting a resumed run must keep: ``run.json`` records
+`ModelConfig.checked_settings`, so a setting added here is checked on resume without being listed anywhere else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from augself_tf.augment import registry
+from augself_tf.augment.augment_config import AugmentConfig
+from augself_tf.flag_fields import names_text, option
+from augself_tf.methods import METHODS, build_method
+from augself_tf.methods.augself_model import AugSelfModel
+from augself_tf.methods.conditioning import DEFAULT_DEPTH, DEFAULT_WIDTH
+from augself_tf.models.resnet import BACKBONES, build_backbone
+
+
+class AugSelfTask(NamedTuple):
+    """One predicted augmentation and its weight in the total loss (None: the run's λ, ``--augself_weight``)."""
+
+    name: str
+    weight: float | None = None
+
+
+def parse_augself_tasks(text: str | None) -> tuple[AugSelfTask, ...]:
+    """``"crop:1.0,color:0.5"`` or ``"crop,color"`` -> AugSelf tasks; '' or 'none' -> ().
+
+    A bare name takes ``--augself_weight``; a name given twice keeps its first occurrence.
+
+    Raises:
+      ValueError: an unknown augmentation, or a weight that is not a finite number >= 0.
+    """
+    tasks: dict[str, AugSelfTask] = {}
+    for raw in (text or "").split(","):
+        name, sep, weight_text = raw.partition(":")
+        names = registry.parse_augself(name)
+        if not names:
+            if sep:
+                raise ValueError(f"--augself: a weight needs an augmentation name, got {raw.strip()!r}")
+            continue
+        weight = None
+        if sep:
+            try:
+                weight = float(weight_text)
+            except ValueError:
+                weight = math.nan
+            if not (math.isfinite(weight) and weight >= 0):
+                raise ValueError(f"--augself: the weight of {names[0]!r} must be a finite number >= 0, got "
+                                 f"{weight_text.strip()!r}")
+        tasks.setdefault(names[0], AugSelfTask(names[0], weight))
+    return tuple(tasks.values())
+
+
+def augself_text(tasks: tuple[AugSelfTask, ...]) -> str:
+    """The tasks as ``--augself`` writes them: ``crop,color:0.5`` (bare where the weight is λ), ``none`` when off."""
+    return names_text([t.name if t.weight is None else f"{t.name}:{t.weight:g}" for t in _tasks(tasks)])
+
+
+def _tasks(items: Any) -> tuple[AugSelfTask, ...]:
+    """AugSelf tasks from tasks, (name, weight) pairs or bare names (programs and tests write names)."""
+    return tuple(t if isinstance(t, AugSelfTask) else AugSelfTask(t) if isinstance(t, str) else AugSelfTask(*t)
+                 for t in items)
+
+
+def _augself_help() -> str:
+    return (f"Comma-separated ω to predict ({', '.join(registry.AUGSELF_CHOICES)}), each optionally with its own "
+            "weight as name:weight (crop:1.0,color:0.5); a bare name takes --augself_weight; '' or 'none' turns "
+            "AugSelf off.")
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    """What defines the model's variables and its function; `TrainConfig.model` (flags of the same names).
+
+    ``method_options`` holds the method-option flags ({name: value}, None where unset: the method's default).
+    """
+
+    method: str = option("moco", "Invariance objective ('none' = AugSelf alone).", choices=tuple(METHODS))
+    augself: tuple[AugSelfTask, ...] = option(
+        (AugSelfTask("crop"), AugSelfTask("color")), _augself_help, parse=parse_augself_tasks, text=augself_text)
+    augself_weight: float = option(1.0, "λ: total = L_method + λ·Σ L_aug (paper: 1.0 STL10, 0.5 ImageNet100).",
+                                   minimum=0)
+    # CASSLE: descriptors of each view's augmentations that its projector reads (registry.DESCRIPTORS); () = off.
+    condition: tuple[str, ...] = option(
+        (), lambda: "Comma-separated augmentation descriptors each view's projector is conditioned on (CASSLE; "
+                    f"{', '.join(registry.CONDITION_CHOICES)}); '' or 'none' turns conditioning off.",
+        parse=registry.parse_condition, text=names_text)
+    condition_width: int = option(DEFAULT_WIDTH, "Units per layer of the --condition ω-embedding MLP (CASSLE: 64).",
+                                  minimum=1)
+    condition_depth: int = option(DEFAULT_DEPTH, "Linear layers of the --condition ω-embedding MLP (CASSLE: 6).",
+                                  minimum=1)
+    backbone: str = option("resnet18_cifar", "Backbone.", choices=BACKBONES)
+    width: float = option(0.125, "Channel multiplier of the backbone (1.0 = standard ResNet).")
+    input_mean: str | None = option(None, "Per-channel mean R,G,B the backbone's first layer subtracts from [0, 1] "
+                                          "pixels (default: the pretraining data's; STL10 0.43,0.42,0.39, else "
+                                          "ImageNet's 0.485,0.456,0.406, as the paper's code).")
+    input_std: str | None = option(None, "Per-channel std R,G,B the backbone's first layer divides by (default: the "
+                                         "pretraining data's; STL10 0.27,0.26,0.27, else ImageNet's "
+                                         "0.229,0.224,0.225).")
+    method_options: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.augself = _tasks(self.augself)
+        self.input_statistics((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))  # a malformed --input_mean/std fails here, at parse
+
+    @property
+    def augself_names(self) -> tuple[str, ...]:
+        """The predicted augmentations, in order."""
+        return tuple(t.name for t in self.augself)
+
+    def task_weights(self) -> dict[str, float]:
+        """Each task's weight in the total loss: its own, else λ (``augself_weight``)."""
+        return {t.name: self.augself_weight if t.weight is None else t.weight for t in self.augself}
+
+    def input_statistics(self, data_mean: tuple[float, ...], data_std: tuple[float, ...]
+                         ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """(mean, std) the backbone normalises with: the flags where set, else the pretraining data's.
+
+        Raises:
+          ValueError: a flag that is not three numbers (std positive).
+        """
+        return (_three("input_mean", self.input_mean, data_mean),
+                _three("input_std", self.input_std, data_std, positive=True))
+
+    def checked_settings(self, input_mean: tuple[float, ...], input_std: tuple[float, ...]) -> dict[str, Any]:
+        """Every field by its flag's name as run.json records it, the input statistics resolved (a resumed run
+        must match them all; an unset method option is its method's default and is not recorded)."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values.update(augself=[augself_text((t,)) for t in self.augself], input_mean=input_mean,
+                      input_std=input_std)
+        return {k: _jsonable(v) for k, v in values.items()}
+
+    def build(self, *, options: Mapping[str, Any], input_mean: tuple[float, ...], input_std: tuple[float, ...],
+              synchronized_bn: bool, augment: AugmentConfig) -> AugSelfModel:
+        """The backbone and the method of these settings, with the method's completed ``options``
+        (`AugSelfModel.complete_options`), normalising its input with ``input_mean`` / ``input_std``."""
+        backbone = build_backbone(self.backbone, self.width, synchronized_bn=synchronized_bn, input_mean=input_mean,
+                                  input_std=input_std)
+        return build_method(self.method, backbone, options=dict(options), augself=self.task_weights(),
+                            augself_weight=self.augself_weight, condition=self.condition,
+                            condition_width=self.condition_width, condition_depth=self.condition_depth,
+                            synchronized_bn=synchronized_bn, augment=augment)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Mapping):  # unset options (None) are the method's defaults: not recorded
+        return {str(k): _jsonable(v) for k, v in sorted(value.items()) if v is not None}
+    return value
+
+
+def _three(flag: str, text: str | None, default: tuple[float, ...], positive: bool = False) -> tuple[float, ...]:
+    if text is None or not str(text).strip():
+        return tuple(float(v) for v in default)
+    try:
+        values = tuple(float(v) for v in str(text).split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 3 or (positive and min(values) <= 0):
+        kind = "positive numbers" if positive else "numbers"
+        raise ValueError(f"--{flag} must be three comma-separated {kind} (R,G,B), got {text!r}")
+    return values
