@@ -2,7 +2,8 @@
 
 Public API: ``AugmentConfig``, ``augment_view``, ``omega_diff``, ``AUGMENTATIONS``, ``AUGSELF_CHOICES``,
 ``parse_augself``, ``augment_view_for_device`` + ``finish_views`` (the device stage), and the modules:
-``registry`` (order and publication), ``steps`` (step types, generic ω losses), ``geometric`` /
+``registry`` (order and publication), ``steps`` (step types, generic ω targets; the losses each
+entry names are ``augself_tf.losses.augself_heads``), ``geometric`` /
 ``photometric`` (the steps), ``crop_sampler`` (torchvision's crop box) and ``ops`` (image ops).
 """
 
