@@ -2,8 +2,9 @@
 
 Public API: ``AugmentConfig``, ``augment_view``, ``omega_diff``, ``AUGMENTATIONS``, ``AUGSELF_CHOICES``,
 ``parse_augself``, ``augment_view_for_device`` + ``finish_views`` (the device stage), and the modules:
-``registry`` (order and publication), ``steps`` (step types, generic ω losses), ``geometric`` /
-``photometric`` (the steps), ``crop_sampler`` (torchvision's crop box) and ``ops`` (image ops).
+``registry`` (order and publication), ``steps`` (step types, generic ω targets; the losses the entries name
+are in ``augself_tf.losses.augself_heads``), ``geometric`` / ``photometric`` (the steps), ``crop_sampler``
+(torchvision's crop box) and ``ops`` (image ops).
 """
 
 from augself_tf.augment import crop_sampler, geometric, ops, photometric, registry, steps

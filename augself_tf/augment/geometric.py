@@ -21,14 +21,16 @@ from augself_tf.augment.steps import (
     Probability,
     applied_omega,
     as_is,
-    binary_cross_entropy,
-    binary_error,
-    categorical_cross_entropy,
-    categorical_error,
     coin,
     maybe,
     regression,
     split_seed,
+)
+from augself_tf.losses.augself_heads import (
+    binary_cross_entropy,
+    binary_error,
+    categorical_cross_entropy,
+    categorical_error,
 )
 
 # crop: RandomResizedCrop (host) ---------------------------------------------------------------------

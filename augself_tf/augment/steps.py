@@ -1,10 +1,11 @@
-"""The pieces every augmentation step is made of: step types, random-draw helpers and the generic ω losses.
+"""The pieces every augmentation step is made of: step types, random-draw helpers and the generic ω targets.
 
 A step (``Step``, or ``Augmentation`` when AugSelf can predict it) declares its draws, its stage (``HOST``: in
 tf.data; ``DEVICE``: pixel-wise, may run batched in the training step), its probability knob
 (``Probability``), its ω, the ω entries measured on its images (``Measurement``) and what a conditioned
 projector reads of it (``Descriptor``). The geometric steps live in ``geometric.py``, the photometric ones in
-``photometric.py``; ``registry.py`` orders and publishes them.
+``photometric.py``; ``registry.py`` orders and publishes them. The losses an entry names (one per kind of
+target) are functions of tensors in ``augself_tf/losses/augself_heads.py``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable, Mapping
 import tensorflow as tf
 
 from augself_tf.augment.augment_config import AugmentConfig
+from augself_tf.losses.augself_heads import tanh_mse
 
 Omega = Mapping[str, tf.Tensor]
 Params = dict[str, tf.Tensor]
@@ -196,7 +198,7 @@ def applied_omega(params: Params, config: AugmentConfig) -> tf.Tensor:
     return tf.reshape(tf.cast(params["applied"], tf.float32), [1])
 
 
-# ----------------------------------------------------------------------------------- targets / losses
+# ------------------------------------------------------------------------------ targets (losses: losses/)
 
 
 def difference(name: str) -> Callable[[Omega, Omega], tf.Tensor]:
@@ -206,39 +208,6 @@ def difference(name: str) -> Callable[[Omega, Omega], tf.Tensor]:
 
     target.__doc__ = f"ω1[{name!r}] - ω2[{name!r}]."
     return target
-
-
-def tanh_mse(pred: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
-    """mean over the last axis of (tanh(pred) - target)^2 -> [B]."""
-    pred = tf.cast(pred, tf.float32)
-    return tf.reduce_mean(tf.square(tf.tanh(pred) - tf.cast(target, tf.float32)), axis=-1)
-
-
-def binary_cross_entropy(pred: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
-    """Sigmoid binary cross-entropy from logits, mean over the last axis -> [B]."""
-    pred = tf.cast(pred, tf.float32)
-    labels = tf.cast(target, tf.float32)
-    return tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=pred), axis=-1)
-
-
-def binary_error(pred: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
-    """Fraction of wrong signs (logit > 0 vs target > 0.5) over the last axis -> [B]."""
-    wrong = tf.not_equal(tf.cast(pred, tf.float32) > 0.0, tf.cast(target, tf.float32) > 0.5)
-    return tf.reduce_mean(tf.cast(wrong, tf.float32), axis=-1)
-
-
-def categorical_cross_entropy(pred: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
-    """Sparse softmax cross-entropy of logits [B, n] against int labels [B] -> [B]."""
-    labels = tf.cast(target, tf.int32)
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=tf.cast(pred, tf.float32))
-
-
-def categorical_error(pred: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
-    """1.0 where argmax(logits) != label -> [B]."""
-    guess = tf.argmax(tf.cast(pred, tf.float32), axis=-1, output_type=tf.int32)
-    return tf.cast(tf.not_equal(guess, tf.cast(target, tf.int32)), tf.float32)
-
-
 
 
 def as_is(name: str) -> DescribeFn:

@@ -20,6 +20,7 @@ import tensorflow as tf
 from augself_tf.augment import AugmentConfig, finish_views
 from augself_tf.augment.registry import AUGMENTATIONS
 from augself_tf.flag_fields import flag_fields, help_text
+from augself_tf.losses.augself_heads import ordered_pairs, ordered_targets
 from augself_tf.methods.conditioning import (
     DEFAULT_DEPTH,
     DEFAULT_WIDTH,
@@ -247,16 +248,16 @@ class AugSelfModel(keras.Model):
         self, f1: tf.Tensor, f2: tf.Tensor, omega1: dict, omega2: dict, training: bool
     ) -> tuple[tf.Tensor, dict]:
         """Σ_aug L_aug over both orders: φ([f1,f2]) → ω_diff(1,2) and φ([f2,f1]) → ω_diff(2,1); each L_aug is
-        logged as ``augself/<aug>_loss``."""
+        the mean over the 2B pairs of its registry entry's loss (`augself_tf.losses.augself_heads`); each L_aug is logged as
+        ``augself/<aug>_loss``."""
         if not self.augself:
             return tf.constant(0.0), {}
-        pairs = tf.concat([tf.concat([f1, f2], -1), tf.concat([f2, f1], -1)], 0)
-        pairs = tf.cast(pairs, tf.float32)
+        pairs = ordered_pairs(f1, f2)
         total = tf.constant(0.0)
         logs = {}
         for name in self.augself:
             aug = AUGMENTATIONS[name]
-            target = tf.concat([aug.target(omega1, omega2), aug.target(omega2, omega1)], 0)
+            target = ordered_targets(aug.target, omega1, omega2)
             pred = tf.cast(self.augself_heads[name](pairs, training=training), tf.float32)
             loss = tf.reduce_mean(aug.loss(pred, target))
             total += loss

@@ -13,32 +13,16 @@ per step.) The AugSelf heads read the online features f(v1), f(v2).
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import tensorflow as tf
 
 from augself_tf.flag_fields import option
-from augself_tf.methods.augself_model import AugSelfModel
-from augself_tf.methods.momentum import MomentumEncoder
+from augself_tf.losses.byol_regression import byol_regression
+from augself_tf.methods.momentum import MomentumMethod, cosine_tau
 from augself_tf.models.resnet import mlp
 
 
-def byol_regression(p: tf.Tensor, t: tf.Tensor) -> tf.Tensor:
-    """Mean of 2 − 2·cos(p, stopgrad(t)) over the batch (= ‖p̂ − t̂‖² of unit vectors)."""
-    p = tf.math.l2_normalize(tf.cast(p, tf.float32), -1)
-    t = tf.math.l2_normalize(tf.stop_gradient(tf.cast(t, tf.float32)), -1)
-    return tf.reduce_mean(2.0 - 2.0 * tf.reduce_sum(p * t, -1))
-
-
-def cosine_tau(step: tf.Tensor, total_steps: int | None, base: float) -> tf.Tensor:
-    """τ_k = 1 − (1 − base)(cos(πk/K) + 1)/2; constant `base` when K is unknown (None or 0)."""
-    if not total_steps:
-        return tf.constant(base, tf.float32)
-    k = tf.cast(step, tf.float32)
-    return 1.0 - (1.0 - base) * (tf.cos(math.pi * k / float(total_steps)) + 1.0) / 2.0
-
-
-class BYOL(AugSelfModel):
+class BYOL(MomentumMethod):
     """Projector and predictor d→4096→256 (BN+ReLU hidden, no BN at the end), EMA target network.
 
     Args:
@@ -49,6 +33,7 @@ class BYOL(AugSelfModel):
     """
 
     method_name = "byol"
+    momentum_prefix = "target"
 
     @dataclasses.dataclass(frozen=True)
     class Options:
@@ -66,34 +51,28 @@ class BYOL(AugSelfModel):
         self.projector = self.conditioned(mlp([o.projector_hidden, o.projector_dim], synchronized_bn=sync,
                                               name="projector"))
         self.predictor = mlp([o.predictor_hidden, o.projector_dim], synchronized_bn=sync, name="predictor")
-        self.target_encoder = MomentumEncoder(backbone, [o.projector_hidden, o.projector_dim], synchronized_bn=sync,
-                                              name="target", conditioning=self.conditioning)
-        # Keeps the checkpoint keys model/target_backbone/... of runs saved before the shared encoder: they restore.
-        self.target_backbone, self.target_projector = self.target_encoder.backbone, self.target_encoder.projector
+        self.create_momentum_encoder([o.projector_hidden, o.projector_dim])
 
     def build_heads(self, feature_dim: int) -> None:
         self.predictor(self.projector(tf.zeros([2, feature_dim])))
-        self.target_encoder.initialize(self.backbone, self.projector, feature_dim)
+        self.initialize_momentum_encoder(feature_dim)
 
-    def target_variables(self) -> list[tf.Variable]:
-        return self.target_encoder.trainable_variables
+    def momentum_at(self, step: tf.Tensor) -> tf.Tensor:
+        """τ on the cosine schedule from `target_momentum` to 1 over `total_steps`."""
+        return cosine_tau(step, self.total_steps, self.target_momentum)
 
     def current_tau(self) -> tf.Tensor:
         """τ for the update after the step just taken (call after `optimizer.apply`)."""
-        return cosine_tau(tf.cast(self.optimizer.iterations, tf.float32) - 1.0, self.total_steps,
-                          self.target_momentum)
+        return self.current_momentum()
 
     def method_loss(self, f1, f2, batch, training):
         p1 = self.predictor(self.projector(f1, training=training), training=training)
         p2 = self.predictor(self.projector(f2, training=training), training=training)
-        _, t1 = self.target_encoder.encode(batch["view1"], training, self.describe(batch["omega1"]))
-        _, t2 = self.target_encoder.encode(batch["view2"], training, self.describe(batch["omega2"]))
+        _, t1 = self.encode_momentum(batch["view1"], batch["omega1"], training)
+        _, t2 = self.encode_momentum(batch["view2"], batch["omega2"], training)
         loss = byol_regression(p1, t2) + byol_regression(p2, t1)
         if getattr(self, "optimizer", None) is None:  # called outside training (tests, evaluation)
             return loss, {}
         # The τ the update after this step will use (iterations is incremented by the optimizer).
-        tau = cosine_tau(tf.cast(self.optimizer.iterations, tf.float32), self.total_steps, self.target_momentum)
+        tau = self.momentum_at(tf.cast(self.optimizer.iterations, tf.float32))
         return loss, {"byol/tau": tau}
-
-    def post_step(self, batch, forward):
-        self.target_encoder.update(self.backbone, self.projector, self.current_tau())

@@ -14,18 +14,10 @@ import keras
 import tensorflow as tf
 
 from augself_tf.flag_fields import option
-from augself_tf.methods.augself_model import AugSelfModel, Forward, PretrainData
-from augself_tf.methods.momentum import MomentumEncoder
+from augself_tf.losses.info_nce import info_nce
+from augself_tf.methods.augself_model import Forward, PretrainData
+from augself_tf.methods.momentum import MomentumMethod
 from augself_tf.models.resnet import mlp
-
-
-def info_nce(q: tf.Tensor, k: tf.Tensor, queue: tf.Tensor, temperature: float) -> tf.Tensor:
-    """Mean cross-entropy of the positive key against the queue's negatives (q, k, queue l2-normalised)."""
-    l_pos = tf.reduce_sum(q * k, -1, keepdims=True)
-    l_neg = tf.matmul(q, queue, transpose_b=True)
-    logits = tf.concat([l_pos, l_neg], 1) / temperature
-    labels = tf.zeros([tf.shape(q)[0]], tf.int32)
-    return tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
 
 
 def default_queue_size(num_examples: int, global_batch: int, paper_size: int = 65536) -> int:
@@ -38,10 +30,11 @@ def default_queue_size(num_examples: int, global_batch: int, paper_size: int = 6
     return min(paper_size, cap)
 
 
-class MoCo(AugSelfModel):
+class MoCo(MomentumMethod):
     """MoCo v2 with projector d→hidden→out (BN in the hidden layer), momentum m, queue of K keys."""
 
     method_name = "moco"
+    momentum_prefix = "key"
 
     @dataclasses.dataclass(frozen=True)
     class Options:
@@ -60,10 +53,7 @@ class MoCo(AugSelfModel):
         self.projector_dim = o.projector_dim
         self.projector = self.conditioned(mlp([o.projector_hidden, o.projector_dim], synchronized_bn=sync,
                                               name="projector"))
-        self.key_encoder = MomentumEncoder(backbone, [o.projector_hidden, o.projector_dim], synchronized_bn=sync,
-                                           name="key", conditioning=self.conditioning)
-        # Keeps the checkpoint keys model/key_backbone/... of runs saved before the shared encoder: they restore.
-        self.key_backbone, self.key_projector = self.key_encoder.backbone, self.key_encoder.projector
+        self.create_momentum_encoder([o.projector_hidden, o.projector_dim])
 
     @classmethod
     def complete_options(cls, options, data: PretrainData, log=lambda _m: None):
@@ -77,7 +67,7 @@ class MoCo(AugSelfModel):
 
     def build_heads(self, feature_dim: int) -> None:
         self.projector(tf.zeros([2, feature_dim]))
-        self.key_encoder.initialize(self.backbone, self.projector, feature_dim)
+        self.initialize_momentum_encoder(feature_dim)
         init = tf.math.l2_normalize(tf.random.stateless_normal([self.queue_size, self.projector_dim], [7, 7]), -1)
         # Identical on every replica: each replica writes the same gathered keys.
         self.queue = self.add_weight(shape=init.shape, initializer=keras.initializers.Constant(init.numpy()),
@@ -86,21 +76,23 @@ class MoCo(AugSelfModel):
         self.queue_ptr = self.add_weight(shape=(), dtype="int32", initializer="zeros", trainable=False,
                                          name="queue_ptr", aggregation="only_first_replica")
 
-    def target_variables(self) -> list[tf.Variable]:
-        return self.key_encoder.trainable_variables
+    def momentum_at(self, step: tf.Tensor) -> float:
+        """The constant `key_momentum`, as a Python float (1 − m in double precision)."""
+        del step
+        return self.key_momentum
 
     def method_forward(self, batch, training):
         f1 = self.backbone(batch["view1"], training=training)
         q = self.projector(self.head_input(f1, batch["omega1"]), training=training)
         q = tf.math.l2_normalize(tf.cast(q, tf.float32), -1)
-        f2, k = self.key_encoder.encode(batch["view2"], training, self.describe(batch["omega2"]))
+        f2, k = self.encode_momentum(batch["view2"], batch["omega2"], training)
         f2 = tf.stop_gradient(f2)
         k = tf.stop_gradient(tf.math.l2_normalize(tf.cast(k, tf.float32), -1))
         loss = info_nce(q, k, tf.convert_to_tensor(self.queue), self.temperature)
         return Forward(f1, f2, loss, aux={"keys": k})
 
     def post_step(self, batch, forward):
-        self.key_encoder.update(self.backbone, self.projector, self.key_momentum)
+        super().post_step(batch, forward)  # the key encoder's EMA update, then the queue
         keys = tf.distribute.get_replica_context().all_gather(forward.aux["keys"], axis=0)
         n = tf.shape(keys)[0]
         idx = (tf.cast(self.queue_ptr, tf.int32) + tf.range(n)) % self.queue_size

@@ -1,17 +1,22 @@
-"""The momentum (EMA) copy of an online backbone + projector that MoCo's keys and BYOL's targets come from.
+"""The momentum (EMA) target network of MoCo's keys and BYOL's targets, and the one owner of its updates.
 
 The target network is never touched by the optimizer: after every step it moves towards the online network,
     target ← m·target + (1 − m)·online,
 for every weight the online network trains. Batch-norm moving statistics are not averaged: each network
-keeps the statistics of its own forward passes, as in MoCo and BYOL. The method chooses m for each update
-(MoCo: constant; BYOL: a cosine schedule).
+keeps the statistics of its own forward passes, as in MoCo and BYOL. `MomentumEncoder` is the network;
+`MomentumMethod`, the base of every method with one, creates it, keeps it out of the optimizer and updates it
+after every step with the m its subclass schedules (`momentum_at`: MoCo a constant, BYOL a cosine schedule).
 """
 
 from __future__ import annotations
 
+import math
+from typing import ClassVar
+
 import keras
 import tensorflow as tf
 
+from augself_tf.methods.augself_model import AugSelfModel, Forward
 from augself_tf.methods.conditioning import Conditioning, condition_head, head_input
 from augself_tf.models.resnet import mlp
 
@@ -68,3 +73,67 @@ class MomentumEncoder(keras.layers.Layer):
         online = online_backbone.weights + online_projector.weights
         target = self.backbone.weights + self.projector.weights
         return list(zip(online, target, strict=True))
+
+
+def cosine_tau(step: tf.Tensor, total_steps: int | None, base: float) -> tf.Tensor:
+    """BYOL's schedule τ_k = 1 − (1 − base)(cos(πk/K) + 1)/2; constant `base` when K is unknown (None or 0)."""
+    if not total_steps:
+        return tf.constant(base, tf.float32)
+    k = tf.cast(step, tf.float32)
+    return 1.0 - (1.0 - base) * (tf.cos(math.pi * k / float(total_steps)) + 1.0) / 2.0
+
+
+class MomentumMethod(AugSelfModel):
+    """A method with a momentum target of its backbone + projector: the one place that updates it.
+
+    A subclass calls `create_momentum_encoder` in `__init__` (after creating ``self.projector``) and
+    `initialize_momentum_encoder` in `build_heads` (after building it), encodes with `encode_momentum`, and
+    returns the m of each update from `momentum_at`. This class returns the target's variables from
+    `target_variables` (so the optimizer never sees them) and updates the target in `post_step`; a subclass
+    that does more after a step (MoCo's queue) calls ``super().post_step`` first.
+    """
+
+    #: Names the target: its attribute ``<prefix>_encoder``, its layers, and its checkpoint keys
+    #: ``model/<prefix>_backbone/...`` and ``model/<prefix>_projector/...`` (those of runs saved before it).
+    momentum_prefix: ClassVar[str] = "target"
+
+    def create_momentum_encoder(self, projector_dims: list[int]) -> MomentumEncoder:
+        """The target: a clone of ``self.backbone`` and a projector of `projector_dims` shaped like the online one
+        (with its own ω-MLP when conditioned), kept as ``self.<prefix>_encoder``."""
+        prefix = self.momentum_prefix
+        encoder = MomentumEncoder(self.backbone, projector_dims, synchronized_bn=self.synchronized_bn, name=prefix,
+                                  conditioning=self.conditioning)
+        setattr(self, f"{prefix}_encoder", encoder)
+        # The checkpoint keys model/<prefix>_backbone/... of runs saved before the shared encoder: they restore.
+        setattr(self, f"{prefix}_backbone", encoder.backbone)
+        setattr(self, f"{prefix}_projector", encoder.projector)
+        return encoder
+
+    @property
+    def momentum_encoder(self) -> MomentumEncoder:
+        """The target network (``self.<prefix>_encoder``)."""
+        return getattr(self, f"{self.momentum_prefix}_encoder")
+
+    def initialize_momentum_encoder(self, feature_dim: int) -> None:
+        """Builds the target and copies the online backbone and ``self.projector`` into it; `feature_dim` is the
+        projector's input size (`head_input_dim`)."""
+        self.momentum_encoder.initialize(self.backbone, self.projector, feature_dim)
+
+    def encode_momentum(self, images: tf.Tensor, omega: dict, training: bool) -> tuple[tf.Tensor, tf.Tensor]:
+        """(target backbone features, target projection) of `images`, conditioned on their ω when the method is."""
+        return self.momentum_encoder.encode(images, training, self.describe(omega))
+
+    def momentum_at(self, step: tf.Tensor) -> float | tf.Tensor:
+        """m of the update after the 0-based step `step` (float32). A Python float keeps 1 − m in double
+        precision (`MomentumEncoder.update`)."""
+        raise NotImplementedError(f"{type(self).__name__} must say which momentum each update uses (momentum_at)")
+
+    def current_momentum(self) -> float | tf.Tensor:
+        """m of the update after the step just taken (call after `optimizer.apply`, which counts the step)."""
+        return self.momentum_at(tf.cast(self.optimizer.iterations, tf.float32) - 1.0)
+
+    def target_variables(self) -> list[tf.Variable]:
+        return self.momentum_encoder.trainable_variables
+
+    def post_step(self, batch: dict, forward: Forward) -> None:
+        self.momentum_encoder.update(self.backbone, self.projector, self.current_momentum())

@@ -7,15 +7,9 @@ import dataclasses
 import tensorflow as tf
 
 from augself_tf.flag_fields import option
+from augself_tf.losses.negative_cosine import negative_cosine
 from augself_tf.methods.augself_model import AugSelfModel
 from augself_tf.models.resnet import mlp
-
-
-def negative_cosine(p: tf.Tensor, z: tf.Tensor) -> tf.Tensor:
-    """Mean of −cos(p, stopgrad(z)) over the batch."""
-    p = tf.math.l2_normalize(tf.cast(p, tf.float32), -1)
-    z = tf.math.l2_normalize(tf.stop_gradient(tf.cast(z, tf.float32)), -1)
-    return -tf.reduce_mean(tf.reduce_sum(p * z, -1))
 
 
 class SimSiam(AugSelfModel):

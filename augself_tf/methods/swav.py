@@ -2,11 +2,8 @@
 
 z = l2-normalise(g(f(v))), scores = z·C with C the 100 prototypes (a bias-free Dense whose columns are
 re-normalised at the start of every step). Codes q come from Sinkhorn-Knopp (ε = 0.05, 3 iterations) over
-the GLOBAL batch: the normalising sums are all-reduced across replicas, so 2 replicas give the codes that one
-device gives on the concatenated batch. Swapped prediction: L = H(q1, softmax(s2/τ)) + H(q2, softmax(s1/τ)),
-τ = 0.1, each H a batch mean — the SUM of the two terms, as the paper's reference code (SwAV's own code
-averages them), which keeps the paper's balance against λ·L_AugSelf. Unlike the reference code, whose
-Sinkhorn sums are per GPU, the codes here are those of the global batch.
+the GLOBAL batch; swapped prediction: L = H(q1, softmax(s2/τ)) + H(q2, softmax(s1/τ)), τ = 0.1, the SUM of
+the two terms as the paper's reference code. Both are `augself_tf.losses.swapped_prediction`.
 
 The prototypes get zero gradient for the first `freeze_prototypes_steps` steps (default: one epoch — the
 reference code's 410 iterations are one STL10 epoch at batch 256). The coupled weight decay the base step
@@ -21,44 +18,10 @@ import dataclasses
 import tensorflow as tf
 
 from augself_tf.flag_fields import option
+from augself_tf.losses.swapped_prediction import sinkhorn, swapped_prediction
 from augself_tf.methods.augself_model import AugSelfModel
 from augself_tf.models.resnet import mlp
 from augself_tf.models.torch_init import Linear
-
-
-def _all_reduce_sum(x: tf.Tensor) -> tf.Tensor:
-    ctx = tf.distribute.get_replica_context()
-    if ctx is None or ctx.num_replicas_in_sync == 1:
-        return x
-    return ctx.all_reduce(tf.distribute.ReduceOp.SUM, x)
-
-
-def sinkhorn(scores: tf.Tensor, epsilon: float = 0.05, iterations: int = 3) -> tf.Tensor:
-    """SwAV's distributed Sinkhorn-Knopp: codes [b, K] for this replica's scores [b, K].
-
-    Q = exp(scores/ε)ᵀ is scaled to total mass 1, then alternately every prototype row is scaled to mass 1/K
-    (sums over the global batch, all-reduced) and every sample column to 1/B (B = global batch); the result
-    is returned ×B so that each sample's code sums to 1 and, at convergence, each prototype's codes sum to
-    B/K over the global batch. No gradient flows through the codes.
-    """
-    scores = tf.stop_gradient(tf.cast(scores, tf.float32))
-    q = tf.transpose(tf.exp(scores / epsilon))  # [K, b]
-    k = tf.cast(tf.shape(q)[0], tf.float32)
-    b_global = _all_reduce_sum(tf.cast(tf.shape(q)[1], tf.float32))
-    q /= _all_reduce_sum(tf.reduce_sum(q))
-    for _ in range(iterations):
-        q /= _all_reduce_sum(tf.reduce_sum(q, 1, keepdims=True))
-        q /= k
-        q /= tf.reduce_sum(q, 0, keepdims=True)
-        q /= b_global
-    return tf.transpose(q * b_global)
-
-
-def swapped_prediction(s1: tf.Tensor, s2: tf.Tensor, q1: tf.Tensor, q2: tf.Tensor, temperature: float) -> tf.Tensor:
-    """mean −Σ q1·log softmax(s2/τ) + mean −Σ q2·log softmax(s1/τ)."""
-    logp1 = tf.nn.log_softmax(tf.cast(s1, tf.float32) / temperature, -1)
-    logp2 = tf.nn.log_softmax(tf.cast(s2, tf.float32) / temperature, -1)
-    return tf.reduce_mean(-tf.reduce_sum(q1 * logp2, -1)) + tf.reduce_mean(-tf.reduce_sum(q2 * logp1, -1))
 
 
 class SwAV(AugSelfModel):
