@@ -248,7 +248,7 @@ class AugSelfModel(keras.Model):
         self, f1: tf.Tensor, f2: tf.Tensor, omega1: dict, omega2: dict, training: bool
     ) -> tuple[tf.Tensor, dict]:
         """Σ_aug L_aug over both orders: φ([f1,f2]) → ω_diff(1,2) and φ([f2,f1]) → ω_diff(2,1); each L_aug is
-        the mean over the 2B pairs of its registry entry's loss (`augself_tf.losses.augself_heads`); each L_aug is logged as
+        the mean over the 2B pairs of its registry entry's loss (`augself_tf.losses.augself_heads`), logged as
         ``augself/<aug>_loss``."""
         if not self.augself:
             return tf.constant(0.0), {}
