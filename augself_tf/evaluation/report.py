@@ -120,7 +120,7 @@ def paper_summary(protocol: str, dataset: str) -> str:
     entries = paper_results.lookup(protocol, dataset)
     if not entries:
         return ""
-    for pre in (paper_results.STL, paper_results.IN100):
+    for pre in dict.fromkeys([paper_results.STL, paper_results.IN100, *(e.pretrain for e in entries)]):
         base = [e for e in entries if e.pretrain == pre and e.method == "SimSiam"]
         ours = [e for e in entries if e.pretrain == pre and e.method == "SimSiam+AugSelf"]
         if base and ours:
@@ -165,7 +165,8 @@ def markdown_table(records: Iterable[dict], *, paper: bool = True) -> str:
                 continue
             by_pre: dict[str, list[str]] = {}
             for e in entries:
-                val = f"{e.value:g}" + (f" ± {e.ci95:g}" if e.ci95 is not None else "")
+                val = f"{e.value:g}" + (f" ± {e.ci95:g}" if e.ci95 is not None else "") \
+                    + (f" ± {e.std:g} sd" if e.std is not None else "")
                 by_pre.setdefault(_short_pretrain(e.pretrain), []).append(f"{e.method} {val}")
             where = canonical_key(ds) if entries[0].dataset else "dataset not stated"
             parts = "; ".join(f"{pre}: " + ", ".join(v) for pre, v in by_pre.items())
