@@ -97,7 +97,7 @@ def draw_heatmap(
     """A rows × columns heat map of ``values`` (NaN blank), each cell annotated with ``labels`` (default the
     value to 2 decimals); saves a PNG."""
     values = np.asarray(values, np.float64)
-    fig = Figure(figsize=(1.6 + 1.3 * len(columns), 0.9 + 0.45 * len(rows)))
+    fig = Figure(figsize=(max(4.5, 1.8 + 1.3 * len(columns)), 1.4 + 0.45 * len(rows)))
     ax = fig.add_subplot(1, 1, 1)
     image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", vmin=vmin, vmax=vmax, aspect="auto")
     ax.set_xticks(range(len(columns)), [str(c)[:18] for c in columns], fontsize=8, rotation=20, ha="right")

@@ -147,8 +147,8 @@ def _heatmap(context: EvalContext, dataset: str) -> str:
     path = os.path.join(context.settings.output_dir, f"omega_probe_{spec_key(dataset)}.png")
     return plots.draw_heatmap(
         values, augs, models, path, labels=labels,
-        title=f"ω_diff from frozen feature pairs, {spec_key(dataset)} test: R², or accuracy (chance) coloured by "
-              "(acc − chance)/(1 − chance)",
+        title=f"ω_diff from frozen view pairs, {spec_key(dataset)} test\nR², or accuracy (chance) coloured as "
+              "(acc − chance) / (1 − chance)",
     )
 
 
