@@ -22,8 +22,9 @@ LINE_LIMIT_EXCEPTIONS = {"augself_tf/evaluation/logreg.py"}
 
 def test_helpfull_is_the_snapshot_of_each_program():
     """`train_main.py --helpfull` and `eval_main.py --helpfull`, byte for byte. The snapshots were taken before
-    the settings were declared once (commit def35ce); the one later change, the method options' help listing
-    each method's default, is its own commit with every changed line explained."""
+    the settings were declared once (commit def35ce); the later changes, the method options' help listing
+    each method's default and eval_main's lowshot / omega_probe protocols (their flags, the --protocol help
+    and the `all` list: issue 31), are each their own commit with every changed line explained."""
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "PYTHONWARNINGS")}
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     procs = {name: subprocess.Popen([sys.executable, f"{name}.py", "--helpfull"], cwd=ROOT, env=env,
