@@ -200,3 +200,16 @@ def test_lowshot_is_registered_with_its_flags_and_options_are_checked():
         LowshotOptions(shots=(1, 5))
     with pytest.raises(EvalError, match="--lowshot_folds must be at least 2"):
         LowshotOptions(folds=1)
+
+
+def test_the_estimators_import_without_tensorflow():
+    """lowshot_draws and omega_regression are pure estimators (a later pass moves them to their own package)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import augself_tf.evaluation.lowshot_draws, augself_tf.evaluation.omega_regression; "
+            "print('tensorflow' in sys.modules)")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=root))
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-1000:]

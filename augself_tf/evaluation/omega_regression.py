@@ -33,7 +33,6 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from augself_tf.evaluation.datasets import split_train_val
 from augself_tf.evaluation.errors import EvalError
 
 REGRESSION, CLASSES = "regression", "classes"
@@ -148,6 +147,18 @@ def _standardise(train: np.ndarray, *others: np.ndarray) -> list[np.ndarray]:
     return [(a - mu) / sd for a in (train, *others)]
 
 
+def held_out_groups(groups: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """Mask of the rows whose group (source image) is among round(fraction · groups) groups drawn with ``seed``
+    (at least one held out, at least one kept)."""
+    groups = np.asarray(groups)
+    ids = np.unique(groups)
+    if len(ids) < 2:
+        raise EvalError(f"omega probe: need at least 2 train images to hold some out, got {len(ids)}")
+    n_held = int(min(len(ids) - 1, max(1, round(fraction * len(ids)))))
+    held_ids = np.random.default_rng(seed).permutation(len(ids))[:n_held]
+    return np.isin(groups, ids[held_ids])
+
+
 def median_sq_distance(x: np.ndarray, max_rows: int = 500) -> float:
     """Median squared distance between distinct rows of (at most the first ``max_rows`` of) ``x``."""
     sub = x[:max_rows]
@@ -188,10 +199,7 @@ def _probe_omega(
         raise EvalError("omega probe: train and test pairs carry different targets")
     if not train_targets:
         raise EvalError("omega probe: no augmentation target to probe")
-    groups = np.asarray(train_groups)
-    ids = np.unique(groups)
-    _, held_ids = split_train_val(len(ids), val_fraction, seed)
-    held = np.isin(groups, ids[held_ids])
+    held = held_out_groups(train_groups, val_fraction, seed)
     x_tr, x_te = _standardise(x_tr, x_te)
     cols = _Columns(train_targets)
     y_tr = cols.matrix(train_targets)
