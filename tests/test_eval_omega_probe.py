@@ -173,3 +173,33 @@ def test_options_are_checked():
         OmegaProbeOptions(augmentations=("crop", "grayscale"))
     with pytest.raises(EvalError, match="val_fraction"):
         OmegaProbeOptions(val_fraction=1.0)
+
+
+def test_eval_main_runs_both_protocols_on_one_of_our_exports(tmp_path):
+    """The program, as a user runs it, on a ResNet export of this project and a folder of images."""
+    import json
+    import subprocess
+    import sys
+
+    from augself_tf.export.saved_model import export_backbone
+    from augself_tf.models.resnet import build_backbone
+
+    export = export_backbone(build_backbone("resnet18_cifar", 0.0625), str(tmp_path / "run" / "saved_model"))
+    data = _data(72, 5)
+    for i in range(72):
+        path = tmp_path / "imgs" / ("train" if i < 48 else "test") / f"c{data['label'][i]}" / f"{i}.png"
+        os.makedirs(path.parent, exist_ok=True)
+        Image.fromarray(data["image"][i]).save(path)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "eval" / "results.json"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(root, "eval_main.py"), f"--saved_model={export}",
+         "--protocol=lowshot,omega_probe", f"--dataset=folder:{tmp_path / 'imgs'}", "--image_size=16",
+         "--lowshot_shots=2,3", "--lowshot_draws=2", "--linear_regs=3", "--omega_probe_augmentations=crop,flip",
+         f"--output={out}", "--quiet"],
+        capture_output=True, text=True, timeout=600, cwd=root, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = {r["protocol"]: r for r in json.load(open(out))}
+    assert set(records) == {"lowshot_2shot", "lowshot_3shot", "omega_probe_crop", "omega_probe_flip"}
+    assert all(np.isfinite(r["value"]) for r in records.values())
+    assert "| omega_probe_crop |" in proc.stdout and os.path.exists(records["omega_probe_flip"]["settings"]["figure"])
