@@ -189,9 +189,10 @@ def test_the_looc_table_sits_beside_lowshot_on_flowers():
     assert ten["MoCo (LooC's figure)"] == 77.3 and ten["MoCo+AugSelf"] == 84.5
     assert not paper_results.lookup("lowshot_5shot", "flowers17")  # another dataset: nothing beside it
     record = {"model": "m", "protocol": "lowshot_5shot", "dataset": "oxford_flowers102", "metric": "top1_%",
-              "value": 50.0, "ci95": 1.0}
+              "value": 50.0, "ci95": 1.9, "settings": {"std_%": 1.5}}
     table = markdown_table([record])
     assert "SimSiam 83.6 → +AugSelf 86.4 (IN100 R50, LooC setup)" in table and "86.4 ± 0.2 sd" in table
+    assert "| 50.00 ± 1.50 sd |" in table  # ours as the paper's: ± the std over draws
 
 
 def test_lowshot_is_registered_with_its_flags_and_options_are_checked():

@@ -133,6 +133,9 @@ def paper_summary(protocol: str, dataset: str) -> str:
 def markdown_table(records: Iterable[dict], *, paper: bool = True) -> str:
     """One row per (protocol, dataset, metric), one column per model, plus the paper's figures.
 
+    A cell shows value ± ci95, or value ± std when the record's settings give ``std_%`` (a standard deviation
+    over draws, as the paper's LooC table gives its ±).
+
     Below the table, every paper entry for the rows shown is listed (method, pretraining, value).
     """
     records = list(records)
@@ -147,7 +150,9 @@ def markdown_table(records: Iterable[dict], *, paper: bool = True) -> str:
         row = (r["protocol"], r["dataset"], r["metric"])
         if row not in rows:
             rows.append(row)
-        cells[(row, r["model"])] = format_value(r["metric"], r["value"], r.get("ci95"))
+        std = (r.get("settings") or {}).get("std_%")  # a spread over draws (lowshot): shown as LooC shows it
+        cells[(row, r["model"])] = format_value(r["metric"], r["value"], r.get("ci95")) if std is None \
+            else f"{format_value(r['metric'], r['value'])} ± {std:.2f} sd"
     header = ["protocol", "dataset", "metric", *models]
     if paper:
         header.append("paper")
