@@ -19,6 +19,7 @@ from augself_tf.evaluation.estimators.errors import EvalError
 from augself_tf.evaluation.loading import load_model
 from augself_tf.evaluation.protocols import all_protocols, run_protocol
 from augself_tf.evaluation.protocols.fewshot import FewshotOptions
+from augself_tf.evaluation.protocols.omega_probe import OmegaProbeOptions
 from augself_tf.evaluation.protocols.retrieval import RetrievalOptions
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,6 +46,7 @@ class Evaluator:
         self.options = {
             "fewshot": FewshotOptions(ways=fewshot_ways, shots=fewshot_shots, queries=4, episodes=40),
             "retrieval": RetrievalOptions(queries=4),
+            "omega_probe": OmegaProbeOptions(augmentations=("crop", "color", "rotation")),
         }
 
     def run(self, model, protocol: str, dataset: str) -> list[dict]:
@@ -60,7 +62,7 @@ def test_all_protocols_on_shapes(models, tmp_path):
     by = {r["protocol"]: r for r in records}
     assert set(by) == {
         "linear", "fewshot_5way_1shot", "fewshot_5way_5shot", "localization", "rotation", "colorperm",
-        "retrieval", "invariance",
+        "retrieval", "invariance", "omega_probe_crop", "omega_probe_color", "omega_probe_rotation",
     }
     for r in records:
         assert set(r) == {"model", "protocol", "dataset", "metric", "value", "ci95", "n_train", "n_test",
@@ -75,6 +77,7 @@ def test_all_protocols_on_shapes(models, tmp_path):
     assert os.path.exists(by["retrieval"]["settings"]["figure"])
     assert by["rotation"]["value"] > 25.0 and by["colorperm"]["n_test"] == 6 * 120
     assert 0.0 < by["invariance"]["value"] <= 1.0 and by["invariance"]["ci95"] > 0
+    assert os.path.exists(by["omega_probe_color"]["settings"]["figure"])
 
 
 def test_color_label_and_oracle_on_shapes(models, tmp_path):

@@ -62,3 +62,11 @@ def test_lookup_and_aliases():
     stl = {(e.method, e.table) for e in pr.lookup("linear", "stl10")}
     assert ("SimSiam", "combination") in stl and ("BYOL+AugSelf", "framework") in stl
     assert not pr.lookup("linear", "shapes")
+
+
+def test_looc_table(tables):
+    rows = tables["looc_comparison"]
+    ours = [(a, b, *c, *d) for a, b, c, d in pr.LOOC.values()]
+    assert [tuple(r) for r in rows] == ours
+    five = [e for e in pr.ENTRIES if e.table == "looc_comparison" and e.protocol == "lowshot_5shot"]
+    assert len(five) == 8 and all(e.std is not None and e.ci95 is None for e in five)

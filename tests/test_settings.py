@@ -23,8 +23,9 @@ LINE_LIMIT_EXCEPTIONS = {"augself_tf/evaluation/estimators/logreg.py"}
 def test_helpfull_is_the_snapshot_of_each_program():
     """`train_main.py --helpfull` and `eval_main.py --helpfull`, byte for byte. The snapshots were taken before
     the settings were declared once (commit def35ce); the later changes are each their own commit with every
-    changed line explained: the method options' help listing each method's default, and --augself's per-task
-    weights (name:weight, issue 30)."""
+    changed line explained: the method options' help listing each method's default, eval_main's lowshot /
+    omega_probe protocols (their flags, the --protocol help and the `all` list: issue 31), and --augself's
+    per-task weights (name:weight, issue 30)."""
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "PYTHONWARNINGS")}
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     procs = {name: subprocess.Popen([sys.executable, f"{name}.py", "--helpfull"], cwd=ROOT, env=env,

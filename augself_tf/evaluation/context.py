@@ -118,6 +118,8 @@ class EvalContext:
         self.access = access or DataAccess()
         self.quiet = log is None
         self.log: Log = log or (lambda _m: None)
+        # Results a protocol gathers across the models of one run (omega_probe's heat map of every model).
+        self.shared: dict[str, Any] = {}
         self.progress_stream = None if self.quiet else (progress_stream or sys.stderr)
         self.extractor = FeatureExtractor(
             self.access.load,

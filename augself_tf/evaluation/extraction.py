@@ -120,7 +120,8 @@ class FeatureExtractor:
           spec, split: the source split.
           transform: an image transform applied after preprocessing.
           view: instead of the centre crop, ``view(raw_image, index) -> float32 [S, S, 3]`` (e.g. an
-            augmented view); boxes are then still expressed in the centre-crop frame.
+            augmented view), or ``-> (pixels, {name: tensor})`` whose extra entries become per-example fields
+            (an augmented view's ω); boxes are then still expressed in the centre-crop frame.
         """
         try:
             ds = self._sources.get((spec, split))
@@ -142,8 +143,15 @@ class FeatureExtractor:
         @tf.autograph.experimental.do_not_convert  # plain graph code: no conversion, faster tracing
         def prep(index: tf.Tensor, ex: dict) -> dict:
             image = ex["image"]
-            pixels = preprocess(image, size) if view is None else tf.ensure_shape(view(image, index), [size, size, 3])
-            out = {"image": pixels, "index": index}
+            extra: dict = {}
+            if view is None:
+                pixels = preprocess(image, size)
+            else:
+                pixels = view(image, index)
+                if isinstance(pixels, tuple):  # (pixels, extra per-example fields)
+                    pixels, extra = pixels
+                pixels = tf.ensure_shape(pixels, [size, size, 3])
+            out = {"image": pixels, "index": index, **extra}
             if transform is not None:
                 out["image"] = transform(out["image"])
             shape = tf.shape(image)

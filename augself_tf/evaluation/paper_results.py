@@ -1,7 +1,8 @@
 """The paper's reported numbers as data, keyed like our result records (protocol, dataset).
 
 Transcribed from ``paper/augself-neurips2021.tex`` (tables ``transfer_linear``, ``transfer_fewshot``,
-``bird_local``, ``pretext``, ``invariance``, ``single_task``, ``combination``, ``framework``);
+``bird_local``, ``pretext``, ``invariance``, ``single_task``, ``combination``, ``framework``,
+``looc_comparison``);
 ``tests/test_eval_paper.py`` re-parses the .tex when it is available and checks every number.
 Units as in the paper: accuracies in %, localization error as printed, invariance as a cosine.
 
@@ -11,6 +12,10 @@ Notes on provenance:
 * ``rotation`` / ``colorperm``: the text does not name the probe's dataset; the models are the STL10
   SimSiam ones (ablation section) — the entries match any dataset (``dataset=None``).
 * STL10 as a *downstream* linear dataset appears only in the ablation tables (STL10 ResNet-18).
+* ``looc_comparison``: LooC's setup (ImageNet-100 ResNet-50 pretraining, its recipe); the Flowers-102 5- and
+  10-shot columns are our ``lowshot_5shot`` / ``lowshot_10shot``, their ± a standard deviation over draws
+  (``std``, not a 95% interval); ImageNet100 and CUB200 are linear. The rows marked * in the paper are LooC's
+  own figures ("MoCo (LooC's figure)", "LooC (...)"); the others are the AugSelf authors' reproduction.
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ class PaperEntry:
       dataset: our dataset key (``cifar10``, ``caltech_birds2011``, ...), None = not stated.
       pretrain: "ImageNet100 ResNet-50" or "STL10 ResNet-18".
       method: "SimSiam", "SimSiam+AugSelf", "MoCo v2", ...
-      value: the reported figure; ``ci95`` its ± when given.
+      value: the reported figure; ``ci95`` its ± when given as a 95% interval, ``std`` when given as a
+        standard deviation (LooC's table).
       table: the .tex label of its table.
     """
 
@@ -41,10 +47,12 @@ class PaperEntry:
     value: float
     ci95: float | None
     table: str
+    std: float | None = None
 
 
 IN100 = "ImageNet100 ResNet-50"
 STL = "STL10 ResNet-18"
+IN100_LOOC = "ImageNet100 ResNet-50, LooC setup"
 
 #: Column order of Table transfer_linear, as our dataset keys (tfds names; MIT67/Aircraft are folders).
 LINEAR_DATASETS: tuple[str, ...] = (
@@ -152,6 +160,23 @@ ABLATION_LINEAR: dict[tuple[str, str], tuple[float, ...]] = {
     ("framework", "SwAV+AugSelf"): (82.57, 82.00, 55.10, 33.16, 39.13, 40.74, 61.69),
 }
 
+#: Table looc_comparison: (ImageNet100 linear, CUB200 linear, (Flowers 5-shot, std), (Flowers 10-shot, std)).
+LOOC_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("linear", "imagenet100"), ("linear", "caltech_birds2011"),
+    ("lowshot_5shot", "oxford_flowers102"), ("lowshot_10shot", "oxford_flowers102"),
+)
+LOOC: dict[str, tuple[float, float, tuple[float, float], tuple[float, float]]] = {
+    "MoCo (LooC's figure)": (81.0, 36.7, (67.9, 0.5), (77.3, 0.1)),
+    "LooC (color)": (81.1, 40.1, (68.2, 0.6), (77.6, 0.1)),
+    "LooC (rotation)": (80.2, 38.8, (70.1, 0.4), (79.3, 0.1)),
+    "LooC (color, rotation)": (79.2, 39.6, (70.9, 0.3), (80.8, 0.2)),
+    "MoCo": (81.0, 32.2, (78.5, 0.3), (81.2, 0.3)),
+    "MoCo+AugSelf": (82.4, 37.0, (81.7, 0.2), (84.5, 0.2)),
+    "SimSiam": (81.6, 38.4, (83.6, 0.3), (85.9, 0.2)),
+    "SimSiam+AugSelf": (82.6, 45.3, (86.4, 0.2), (88.3, 0.1)),
+}
+
+
 def _entries() -> tuple[PaperEntry, ...]:
     out: list[PaperEntry] = []
     for (pre, method), values in LINEAR_TRANSFER.items():
@@ -174,6 +199,10 @@ def _entries() -> tuple[PaperEntry, ...]:
             if table == "combination" and method == "SimSiam+AugSelf" and ds != "stl10":
                 continue
             out.append(PaperEntry("linear", ds, STL, method, v, None, table))
+    for method, row in LOOC.items():
+        for (proto, ds), cell in zip(LOOC_COLUMNS, row, strict=True):
+            value, std = cell if isinstance(cell, tuple) else (cell, None)
+            out.append(PaperEntry(proto, ds, IN100_LOOC, method, value, None, "looc_comparison", std))
     return tuple(out)
 
 
@@ -204,6 +233,7 @@ def _table_rows(tex: str, label: str) -> list[list[str]]:
         line = line.split(r"\\")[0]
         line = re.sub(r"\\b?facc\{([\d.]+)\}\{([\d.]+)\}", r" \1 \2 ", line)
         line = line.replace(r"\bf", " ")
+        line = re.sub(r"\(\s*[+-]\d+\.\d+\s*\)", " ", line)  # LooC table's gains over the baseline
         nums = re.findall(r"(?<![\w.])\d+\.\d+", line)
         if nums:
             rows.append(nums)
@@ -213,5 +243,5 @@ def _table_rows(tex: str, label: str) -> list[list[str]]:
 def parse_tex(tex: str) -> dict[str, list[list[float]]]:
     """Numbers of each transcribed table, row by row, straight from the LaTeX source."""
     labels = ("transfer_linear", "transfer_fewshot", "bird_local", "pretext", "invariance", "single_task",
-              "combination", "framework")
+              "combination", "framework", "looc_comparison")
     return {lab: [[float(x) for x in row] for row in _table_rows(tex, lab)] for lab in labels}

@@ -81,3 +81,36 @@ def draw_retrieval(
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return _save(fig, path)
+
+
+def draw_heatmap(
+    values: np.ndarray,
+    rows: Sequence[str],
+    columns: Sequence[str],
+    path: str,
+    *,
+    labels: np.ndarray | None = None,
+    title: str = "",
+    vmin: float = 0.0,
+    vmax: float = 1.0,
+) -> str:
+    """A rows × columns heat map of ``values`` (NaN blank), each cell annotated with ``labels`` (default the
+    value to 2 decimals); saves a PNG."""
+    values = np.asarray(values, np.float64)
+    fig = Figure(figsize=(max(4.5, 1.8 + 1.3 * len(columns)), 1.4 + 0.45 * len(rows)))
+    ax = fig.add_subplot(1, 1, 1)
+    image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", vmin=vmin, vmax=vmax, aspect="auto")
+    ax.set_xticks(range(len(columns)), [str(c)[:18] for c in columns], fontsize=8, rotation=20, ha="right")
+    ax.set_yticks(range(len(rows)), list(rows), fontsize=8)
+    for i in range(len(rows)):
+        for j in range(len(columns)):
+            text = "" if labels is None else str(labels[i, j])
+            if labels is None and np.isfinite(values[i, j]):
+                text = f"{values[i, j]:.2f}"
+            bright = np.isfinite(values[i, j]) and values[i, j] > vmin + 0.6 * (vmax - vmin)
+            ax.text(j, i, text, ha="center", va="center", fontsize=8, color="black" if bright else "white")
+    fig.colorbar(image, ax=ax, fraction=0.05)
+    if title:
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return _save(fig, path)

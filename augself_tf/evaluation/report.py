@@ -120,7 +120,7 @@ def paper_summary(protocol: str, dataset: str) -> str:
     entries = paper_results.lookup(protocol, dataset)
     if not entries:
         return ""
-    for pre in (paper_results.STL, paper_results.IN100):
+    for pre in dict.fromkeys([paper_results.STL, paper_results.IN100, *(e.pretrain for e in entries)]):
         base = [e for e in entries if e.pretrain == pre and e.method == "SimSiam"]
         ours = [e for e in entries if e.pretrain == pre and e.method == "SimSiam+AugSelf"]
         if base and ours:
@@ -132,6 +132,9 @@ def paper_summary(protocol: str, dataset: str) -> str:
 
 def markdown_table(records: Iterable[dict], *, paper: bool = True) -> str:
     """One row per (protocol, dataset, metric), one column per model, plus the paper's figures.
+
+    A cell shows value ± ci95, or value ± std when the record's settings give ``std_%`` (a standard deviation
+    over draws, as the paper's LooC table gives its ±).
 
     Below the table, every paper entry for the rows shown is listed (method, pretraining, value).
     """
@@ -147,7 +150,9 @@ def markdown_table(records: Iterable[dict], *, paper: bool = True) -> str:
         row = (r["protocol"], r["dataset"], r["metric"])
         if row not in rows:
             rows.append(row)
-        cells[(row, r["model"])] = format_value(r["metric"], r["value"], r.get("ci95"))
+        std = (r.get("settings") or {}).get("std_%")  # a spread over draws (lowshot): shown as LooC shows it
+        cells[(row, r["model"])] = format_value(r["metric"], r["value"], r.get("ci95")) if std is None \
+            else f"{format_value(r['metric'], r['value'])} ± {std:.2f} sd"
     header = ["protocol", "dataset", "metric", *models]
     if paper:
         header.append("paper")
@@ -165,7 +170,8 @@ def markdown_table(records: Iterable[dict], *, paper: bool = True) -> str:
                 continue
             by_pre: dict[str, list[str]] = {}
             for e in entries:
-                val = f"{e.value:g}" + (f" ± {e.ci95:g}" if e.ci95 is not None else "")
+                val = f"{e.value:g}" + (f" ± {e.ci95:g}" if e.ci95 is not None else "") \
+                    + (f" ± {e.std:g} sd" if e.std is not None else "")
                 by_pre.setdefault(_short_pretrain(e.pretrain), []).append(f"{e.method} {val}")
             where = canonical_key(ds) if entries[0].dataset else "dataset not stated"
             parts = "; ".join(f"{pre}: " + ", ".join(v) for pre, v in by_pre.items())

@@ -314,7 +314,11 @@ class LogRegFitter:
             self._objective = cls(self.x, self.y_idx, self.k, reg, self.penalize_bias)
         self._objective.set_reg(reg, self.penalize_bias)
         theta0 = self.theta if self.theta is not None else np.zeros(self.d * self.k + self.k)
-        objective = _Threaded(self._objective, _blas_threads())
+        objective: Any = self._objective
+        if self.n * self.d * self.k >= AUTO_TF_SIZE:
+            # Only big matmuls gain from every BLAS thread; on small problems (low-shot fits: 500×64×100)
+            # re-raising the thread limit for every evaluation cost ~20× the fit itself on the shared machine.
+            objective = _Threaded(self._objective, _blas_threads())
         with _blas_controller().limit(limits=1, user_api="blas"):
             res = scipy.optimize.minimize(
                 objective,
