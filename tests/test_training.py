@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import tiny_run
+from program_runs import run_program
 
 from augself_tf.methods.augself_model import AugSelfModel
 from augself_tf.training.loop import NonFiniteLossError, train
@@ -139,24 +140,25 @@ def test_loop_fetches_logs_only_at_log_steps(tmp_path, monkeypatch):
     assert np.isfinite(result.last_logs["loss/total"])
 
 
-@pytest.mark.parametrize(
-    ("args", "expected"),
-    [
-        (["--method=simclrr"], "simsiam"),
-        (["--augself=crop,hue"], "choose from crop, flip, color, blur, rotation, solarize"),
-        (["--augself_weight=-1"], "augself_weight"),
-        (["--batch_size=15", "--cpu_replicas=2"], "not divisible"),
-        (["--dataset=no_such_dataset_xyz"], "unknown dataset"),
-    ],
-)
-def test_bad_input_is_one_clear_line_and_nonzero_exit(tmp_path, args, expected):
-    proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "train_main.py"), f"--model_dir={tmp_path}", "--max_steps=1", *args],
-        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=300,
-    )
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr
-    assert expected in proc.stderr, proc.stderr[-2000:]
+BAD_INPUTS = [
+    (["--method=simclrr"], "simsiam"),
+    (["--augself=crop,hue"], "choose from crop, flip, color, blur, rotation, solarize"),
+    (["--augself_weight=-1"], "augself_weight"),
+    (["--batch_size=15", "--cpu_replicas=2"], "not divisible"),
+    (["--dataset=no_such_dataset_xyz"], "unknown dataset"),
+]
+
+
+def test_bad_input_is_one_clear_line_and_nonzero_exit(tmp_path):
+    # One process per command line, forked after one import of the program (tests/program_runs.py).
+    procs = run_program(os.path.join(ROOT, "train_main.py"),
+                        [[f"--model_dir={tmp_path / str(i)}", "--max_steps=1", *args]
+                         for i, (args, _) in enumerate(BAD_INPUTS)],
+                        cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    for proc, (args, expected) in zip(procs, BAD_INPUTS, strict=True):
+        assert proc.returncode != 0, args
+        assert "Traceback" not in proc.stderr, (args, proc.stderr[-2000:])
+        assert expected in proc.stderr, (args, proc.stderr[-2000:])
 
 
 def test_default_moco_queue_is_the_papers_or_at_most_sixty_percent_of_the_data():
