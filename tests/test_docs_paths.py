@@ -12,6 +12,7 @@ What counts as a citation (the rule, explicit so that a reader can predict what 
   * a *module file name*: a bare ``name.py``, which some file of the repository must be named;
   * a *dotted module*: ``augself_tf.x.y`` (or under ``bench.`` / ``reproduce.``): its longest prefix that is a
     module must exist, and the next name, if any, must occur in that module's source (an attribute);
+  * a pytest node ``path.py::test_name``: the path exists and defines that function or class;
   * a trailing ``:LINE`` is dropped (``file.py:120``).
 - Not checked: URLs; flags (``--x``, ``-m``); absolute or home paths; what a user's run writes (``runs/...``,
   ``OUT/...``, ``MODEL_DIR/...``: a first segment in capitals or ``runs``); placeholders (``<...>``, ``{...}``,
@@ -78,6 +79,17 @@ def path_exists(cited: str) -> bool:
     return any(p == cited or p.endswith("/" + cited) for p in repo_paths())
 
 
+def node_exists(node: str) -> bool:
+    """``path.py::name[::name]``: the file exists and defines each name (a test function, a class, a method)."""
+    path, *names = node.split("::")
+    files = [p for p in repo_paths() if p == path or p.endswith("/" + path)]
+    if not files:
+        return False
+    with open(os.path.join(REPO, files[0]), encoding="utf-8") as f:
+        source = f.read()
+    return all(re.search(rf"^\s*(async def|def|class) {re.escape(n)}\b", source, re.M) for n in names)
+
+
 def module_exists(dotted: str) -> bool:
     """The longest module prefix of ``dotted`` exists, and the name after it occurs in its source."""
     parts = dotted.split(".")
@@ -108,6 +120,8 @@ def code_tokens(text: str) -> list[str]:
 def classify(token: str) -> tuple[str, str] | None:
     """(kind, name) of a token that cites something of the repository, or None (see the module docstring)."""
     token = re.sub(r":\d+(-\d+)?(,\d+)*$", "", token.rstrip(".:"))
+    if re.fullmatch(r"[\w/.\-]+\.py::\w+(::\w+)?", token):
+        return "node", token
     if (not token or token.startswith(("-", "/", "~", "$", "http")) or "://" in token or ":" in token
             or any(c in token for c in "<>{}$") or "..." in token):
         return None
@@ -147,6 +161,8 @@ def stale(text: str, folder: str) -> list[str]:
             ok = os.path.exists(os.path.join(REPO, cited))
         elif kind == "module":
             ok = module_exists(cited)
+        elif kind == "node":
+            ok = node_exists(cited)
         else:
             ok = path_exists(cited)
         if not ok:
@@ -167,8 +183,11 @@ def test_the_rule_catches_a_stale_path_and_skips_what_is_not_ours():
             "`augself_tf.training.optim.NoSuchOptimizer` and `no_such_module.py`; fine: `training/optim.py`,\n"
             "`augself_tf.training.optim.TorchSGD`, `flags/*_cassle.cfg`, `reproduce/ledger/`,\n"
             "`runs/moco/saved_model`, [ok](../docs/results.md#reproduce-the-effect-on-a-cpu), `loss/total`,\n"
+            "`tests/test_training.py::test_gone` `tests/test_install.py::test_python_m_has_exactly_the_scripts_flags`\n"
             "`--model_dir=runs/x`, `folder:/data/my_images`, `OUT/sweep.md`, `trainers.py`, https://example.org/a.py\n"
             "```bash\npython reproduce/reproduce_small.py --report_only\npython bench/gone_bench.py\n```\n")
-    assert stale(text, "tests") == ["link tests/docs/gone.md", "module augself_tf.models.sync_bn",
-                     "module augself_tf.training.optim.NoSuchOptimizer", "path bench/gone_bench.py",
-                     "path models/sync_bn.py", "path no_such_module.py", "path tests/test_sync_bn.py"]
+    assert stale(text, "tests") == [
+        "link tests/docs/gone.md", "module augself_tf.models.sync_bn",
+        "module augself_tf.training.optim.NoSuchOptimizer",
+        "node tests/test_training.py::test_gone", "path bench/gone_bench.py", "path models/sync_bn.py",
+        "path no_such_module.py", "path tests/test_sync_bn.py"]
