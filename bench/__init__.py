@@ -1,3 +1,4 @@
-"""Benchmarks and the small reproduction. Scripts run as ``python bench/<script>.py`` (their siblings import
-as top-level modules then) or, for reproduce_small, ``python -m bench.reproduce_small``; tests import
-``bench.ledger`` and ``bench.ledger_runner`` from the repository root."""
+"""Timing benchmarks (``bench_*.py``, figures in docs/benchmarks.md; shared helpers in ``common.py``) and, in
+``parity/``, the step parity harness against the reference semantics in PyTorch. A benchmark runs as
+``python bench/<script>.py`` (its siblings import as top-level modules then); the parity harness, which imports
+``bench.common``, as ``python -m bench.parity.parity``. The reproduction is in reproduce/."""

@@ -266,13 +266,13 @@ def test_finetune_updates_batchnorm_statistics_of_our_exports_under_mirrored(res
 
 
 # ----------------------------------------------------------------------------------------------------
-# Sweeps (bench/sweep.py)
+# Sweeps (reproduce/sweep.py)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _sweep_module():
-    spec = importlib.util.spec_from_file_location("sweep", os.path.join(REPO, "bench", "sweep.py"))
+    spec = importlib.util.spec_from_file_location("sweep", os.path.join(REPO, "reproduce", "sweep.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -298,7 +298,7 @@ def test_sweep_params_table_and_plot(tmp_path):
 def test_sweep_end_to_end_toy(tmp_path):
     """The script as a user runs it: two pretraining subprocesses side by side, one eval, table and plot."""
     out = tmp_path / "sweep"
-    cmd = [sys.executable, os.path.join(REPO, "bench", "sweep.py"), "--quick", "--jobs=2", f"--out_dir={out}",
+    cmd = [sys.executable, os.path.join(REPO, "reproduce", "sweep.py"), "--quick", "--jobs=2", f"--out_dir={out}",
            "--train_arg=--max_steps=1", os.path.join(REPO, "flags", "stl10_color0.5_simsiam_augself.cfg"),
            os.path.join(REPO, "flags", "stl10_color2_simsiam.cfg")]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=900)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import eval_fakes as testing
 import numpy as np
 import pytest
 import tensorflow as tf
 from PIL import Image
+from program_runs import run_program
 
 from augself_tf.evaluation.context import EvalContext, EvalSettings, ProbeOptions
 from augself_tf.evaluation.datasets import DataAccess
@@ -162,23 +162,40 @@ def test_bad_inputs_raise_one_clear_error(models, tmp_path):
         ev.run(load_model(str(tmp_path / "picky")), "linear", "nobox")
 
 
-def _run_main(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run(
-        [sys.executable, os.path.join(REPO, "eval_main.py"), *args],
-        capture_output=True, text=True, env=env, timeout=600, cwd=REPO,
-    )
+@pytest.fixture(scope="module")
+def eval_main_runs(models, tmp_path_factory):
+    """eval_main.py's command lines of the tests below, one process each, forked after one import of the
+    program (tests/program_runs.py): {name: (CompletedProcess, what the test needs)}."""
+    tmp = tmp_path_factory.mktemp("eval_main")
+    folder = _write_folder(str(tmp / "rects"), per_class=8)
+    out = str(tmp / "res" / "results.json")
+
+    class NoSig(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+        def f(self, x):
+            return x
+
+    m = NoSig()
+    tf.saved_model.save(m, str(tmp / "nosig"), signatures={"other": m.f})
+    cases = {
+        "end_to_end": [f"--saved_model={models['rand']},{models['color']}", "--protocol=linear,fewshot",
+                       f"--dataset=folder:{folder}", "--image_size=32", "--linear_regs=3", "--linear_max_iter=200",
+                       "--fewshot_ways=3", "--fewshot_episodes=20", "--fewshot_shots=1", "--fewshot_queries=4",
+                       f"--output={out}", "--quiet"],
+        "missing": ["--saved_model=/nonexistent/model", "--protocol=linear"],
+        "bogus": [f"--saved_model={models['rand']}", "--protocol=bogus"],
+        "log_to": [f"--saved_model={models['rand']},{models['rand']}", f"--log_to={tmp}"],
+        "nosig": [f"--saved_model={tmp / 'nosig'}", "--dataset=shapes"],
+    }
+    procs = run_program(os.path.join(REPO, "eval_main.py"), list(cases.values()), cwd=REPO,
+                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    runs = dict(zip(cases, procs, strict=True))
+    runs["output"] = out
+    return runs
 
 
-def test_eval_main_end_to_end(models, tmp_path):
-    folder = _write_folder(str(tmp_path / "rects"), per_class=8)
-    out = str(tmp_path / "res" / "results.json")
-    proc = _run_main(
-        f"--saved_model={models['rand']},{models['color']}", "--protocol=linear,fewshot",
-        f"--dataset=folder:{folder}", "--image_size=32", "--linear_regs=3", "--linear_max_iter=200",
-        "--fewshot_ways=3", "--fewshot_episodes=20", "--fewshot_shots=1", "--fewshot_queries=4",
-        f"--output={out}", "--quiet",
-    )
+def test_eval_main_end_to_end(eval_main_runs):
+    proc, out = eval_main_runs["end_to_end"], eval_main_runs["output"]
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = json.load(open(out))
     assert {(r["model"], r["protocol"]) for r in records} == {
@@ -192,23 +209,13 @@ def _error_lines(proc: subprocess.CompletedProcess) -> list[str]:
     return [ln for ln in proc.stderr.splitlines() if ln.startswith("eval_main: error:")]
 
 
-def test_eval_main_bad_inputs_exit_2_with_one_line(models, tmp_path):
-    proc = _run_main("--saved_model=/nonexistent/model", "--protocol=linear")
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["eval_main: error: SavedModel not found: /nonexistent/model"]
-    proc = _run_main(f"--saved_model={models['rand']}", "--protocol=bogus")
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "bogus" in proc.stderr
-    proc = _run_main(f"--saved_model={models['rand']},{models['rand']}", f"--log_to={tmp_path}")
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "--log_to=auto" in proc.stderr
-
-    class NoSig(tf.Module):
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
-        def f(self, x):
-            return x
-
-    m = NoSig()
-    tf.saved_model.save(m, str(tmp_path / "nosig"), signatures={"other": m.f})
-    proc = _run_main(f"--saved_model={tmp_path / 'nosig'}", "--dataset=shapes")
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    lines = _error_lines(proc)
+def test_eval_main_bad_inputs_exit_2_with_one_line(eval_main_runs):
+    missing, bogus, log_to, nosig = (eval_main_runs[k] for k in ("missing", "bogus", "log_to", "nosig"))
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines() == ["eval_main: error: SavedModel not found: /nonexistent/model"]
+    assert bogus.returncode == 2 and len(bogus.stderr.strip().splitlines()) == 1 and "bogus" in bogus.stderr
+    assert log_to.returncode == 2 and len(log_to.stderr.strip().splitlines()) == 1
+    assert "--log_to=auto" in log_to.stderr
+    assert nosig.returncode == 2 and "Traceback" not in nosig.stderr
+    lines = _error_lines(nosig)
     assert len(lines) == 1 and "no 'serving_default' signature" in lines[0]

@@ -2,10 +2,14 @@
 `augself-eval` from a directory outside the checkout; and every entry point of a program has the same flags
 (`augself-train`, `python -m augself_tf.train` and the checkout's `train_main.py`; likewise for eval).
 
-The venv is made with ``--system-site-packages`` and pip runs with ``--no-index --no-build-isolation``: the
-dependencies and the build backend come from this interpreter's site-packages (what requirements.txt
-installed), so nothing is downloaded, and the install also checks that the ranges pyproject.toml declares
-admit the pinned versions. The package itself is installed into the venv from a copy of the project's files.
+The venv sees the site-packages of the interpreter running the tests (a ``.pth`` file lists them), whether
+that interpreter is itself a venv or the system's, and has no pip or setuptools of its own; pip runs with
+``--no-index --no-build-isolation``: the dependencies and the build backend come from what
+``pip install -r requirements-dev.txt`` installed there, so nothing is downloaded, and the install also checks
+that the ranges pyproject.toml declares admit the pinned versions. (``venv --system-site-packages`` would see
+the *base* interpreter's packages instead, not a user's venv, and Python 3.11 seeds a venv with setuptools
+65.5, which cannot build a wheel without the ``wheel`` package: ``invalid command 'bdist_wheel'``.) The
+package itself is installed into the venv from a copy of the project's files.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import functools
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
 import time
@@ -87,16 +92,45 @@ def _copy_project(dest: str) -> str:
     return dest
 
 
+def _site_dirs() -> list[str]:
+    """Where this interpreter's installed packages are (a venv's own, or the system's, plus the user's)."""
+    dirs = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    return [d for d in dirs if os.path.isdir(d)]
+
+
+def _venv_over_this_interpreter(venv: str) -> str:
+    """A fresh venv (its python returned) whose imports fall back on this interpreter's site-packages."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=300)
+    python = os.path.join(venv, "bin", "python")
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    with open(os.path.join(purelib, "_tested_interpreter.pth"), "w") as f:
+        f.write("\n".join(_site_dirs()) + "\n")
+    return python
+
+
+# The build backend of a --no-build-isolation build, as pyproject.toml's [build-system] and requirements-dev.txt
+# declare it: setuptools from 70.1 builds wheels itself, an older one needs the `wheel` package.
+BACKEND_CHECK = """import importlib.util, setuptools
+major, minor = (int(p) for p in setuptools.__version__.split(".")[:2])
+ok = (major, minor) >= (70, 1) or importlib.util.find_spec("wheel") is not None
+print("ok" if ok else f"setuptools {setuptools.__version__} without the wheel package")"""
+
+
 @pytest.mark.install
 def test_pip_install_then_train_and_eval_outside_the_checkout(tmp_path):
     t0 = time.perf_counter()
     src = _copy_project(str(tmp_path / "src"))
     venv = str(tmp_path / "venv")
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", venv], check=True, timeout=300)
+    python = _venv_over_this_interpreter(venv)
     bin_dir = os.path.join(venv, "bin")
-    python = os.path.join(bin_dir, "python")
     work = str(tmp_path / "work")  # a user's directory: no checkout in it or above it
     os.makedirs(work)
+    backend = _run([python, "-c", BACKEND_CHECK], work)
+    assert backend.stdout.strip() == "ok", (f"no wheel-building backend ({backend.stdout.strip()}"
+                                            f"{backend.stderr[-500:]}): pip install -r requirements-dev.txt")
     proc = _run([python, "-m", "pip", "install", "--no-index", "--no-build-isolation", "--no-input", "-q", src],
                 work)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]

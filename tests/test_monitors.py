@@ -190,11 +190,7 @@ def _train_main_cmd(model_dir: str, *extra: str) -> list[str]:
 _ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
 
 
-def test_unknown_monitor_is_one_clear_line_and_nonzero_exit(tmp_path):
-    proc = subprocess.run(_train_main_cmd(str(tmp_path), "--monitor=knn,probe"), cwd=ROOT, env=_ENV,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert "unknown monitor 'probe'; choose auto, none, or a comma list of knn, knn:LABEL, colorperm" in proc.stderr
+# train_main with an unknown monitor: tests/test_training.py (one import for all of train_main's bad inputs).
 
 
 def _checkpoint(model_dir: str) -> dict:

@@ -1,4 +1,4 @@
-"""bench/reproduce_small.py and its ledger: arms, entries, estimates, the report, and the committed block."""
+"""reproduce/reproduce_small.py and its ledger: arms, entries, estimates, the report, and the committed block."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bench import ledger, ledger_runner
+from reproduce import ledger, ledger_runner
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # ----------------------------------------------------------------------------------------------------
-# Synthetic ledger entries (the schema of docs/results/ledger/README.md)
+# Synthetic ledger entries (the schema of reproduce/ledger/README.md)
 
 MACHINE = {"cpu": "Test CPU @ 1GHz", "cores": 2, "python": "3.11.7", "tensorflow": "2.21.0", "keras": "3.15.1",
            "system": "Linux"}
@@ -186,7 +186,7 @@ def test_report_from_a_ledger_dir_and_block_replacement(tmp_path):
 
 def test_empty_ledger_block_says_how_to_fill_it(tmp_path):
     block = ledger.render_block([], ledger.default_arms()[:2], None)
-    assert "is empty" in block and "python bench/reproduce_small.py --report_only" in block
+    assert "is empty" in block and "python reproduce/reproduce_small.py --report_only" in block
     assert "--time_budget=MINUTES" in block and "`shapes-moco-base-s0`" in block
 
 
@@ -343,7 +343,7 @@ def test_quick_end_to_end(tmp_path):
     finds them in the ledger; docs/ is never touched."""
     docs = {p: os.path.getmtime(os.path.join(REPO, p)) for p in ("docs/results.md",)}
     out = tmp_path / "quick"
-    cmd = [sys.executable, os.path.join(REPO, "bench", "reproduce_small.py"), "--quick", f"--out={out}"]
+    cmd = [sys.executable, os.path.join(REPO, "reproduce", "reproduce_small.py"), "--quick", f"--out={out}"]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=900)
     seconds = time.monotonic() - t0
@@ -376,9 +376,9 @@ def test_quick_end_to_end(tmp_path):
 
 def test_committed_results_block_is_the_ledgers_report():
     """docs/results.md's generated block is what --report_only makes of the committed ledger."""
-    block = ledger.report_block(os.path.join(REPO, "docs", "results", "ledger"), ledger.default_arms(),
+    block = ledger.report_block(os.path.join(REPO, "reproduce", "ledger"), ledger.default_arms(),
                                 os.path.join(REPO, "docs", "results.md"),
                                 os.path.join(REPO, "docs", "img", "reproduce_small_curves.png"))
     with open(os.path.join(REPO, "docs", "results.md")) as f:
         committed = ledger.current_block(f.read())
-    assert committed == block, "regenerate it: python bench/reproduce_small.py --report_only"
+    assert committed == block, "regenerate it: python reproduce/reproduce_small.py --report_only"

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import tiny_run
+from program_runs import run_program
 
 from augself_tf.methods.augself_model import AugSelfModel
 from augself_tf.training.loop import NonFiniteLossError, train
@@ -139,24 +140,56 @@ def test_loop_fetches_logs_only_at_log_steps(tmp_path, monkeypatch):
     assert np.isfinite(result.last_logs["loss/total"])
 
 
-@pytest.mark.parametrize(
-    ("args", "expected"),
-    [
-        (["--method=simclrr"], "simsiam"),
-        (["--augself=crop,hue"], "choose from crop, flip, color, blur, rotation, solarize"),
-        (["--augself_weight=-1"], "augself_weight"),
-        (["--batch_size=15", "--cpu_replicas=2"], "not divisible"),
-        (["--dataset=no_such_dataset_xyz"], "unknown dataset"),
-    ],
-)
-def test_bad_input_is_one_clear_line_and_nonzero_exit(tmp_path, args, expected):
-    proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "train_main.py"), f"--model_dir={tmp_path}", "--max_steps=1", *args],
-        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=300,
-    )
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr
-    assert expected in proc.stderr, proc.stderr[-2000:]
+BAD_INPUTS = [
+    (["--method=simclrr"], "simsiam"),
+    (["--augself=crop,hue"], "choose from crop, flip, color, blur, rotation, solarize"),
+    (["--augself_weight=-1"], "augself_weight"),
+    (["--batch_size=15", "--cpu_replicas=2"], "not divisible"),
+    (["--dataset=no_such_dataset_xyz"], "unknown dataset"),
+]
+# A tiny MoCo run on shapes asking for a monitor that does not exist.
+UNKNOWN_MONITOR = ["--method=moco", "--augself=crop,color", "--dataset=shapes", "--split=test", "--width=0.0625",
+                   "--image_size=16", "--batch_size=200", "--max_steps=7", "--queue_size=400", "--projector_hidden=32",
+                   "--projector_dim=16", "--noexport", "--monitor=knn,probe"]
+
+
+@pytest.fixture(scope="module")
+def bad_runs(tmp_path_factory) -> dict:
+    """train_main.py on every bad input of the tests below, one process each, forked after one import of the
+    program (tests/program_runs.py): {case: CompletedProcess}, and the empty data_dir of the tfds case."""
+    tmp = tmp_path_factory.mktemp("bad_input")
+    cases = {i: [f"--model_dir={tmp / str(i)}", "--max_steps=1", *args] for i, (args, _) in enumerate(BAD_INPUTS)}
+    cases["tfds"] = ["--dataset=cifar10", "--max_steps=1", f"--data_dir={tmp}", f"--model_dir={tmp / 'model'}"]
+    cases["monitor"] = [*UNKNOWN_MONITOR, f"--model_dir={tmp / 'monitor'}"]
+    procs = run_program(os.path.join(ROOT, "train_main.py"), list(cases.values()), cwd=ROOT,
+                        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    return {**dict(zip(cases, procs, strict=True)), "data_dir": str(tmp)}
+
+
+def test_bad_input_is_one_clear_line_and_nonzero_exit(bad_runs):
+    for i, (args, expected) in enumerate(BAD_INPUTS):
+        proc = bad_runs[i]
+        assert proc.returncode != 0, args
+        assert "Traceback" not in proc.stderr, (args, proc.stderr[-2000:])
+        assert expected in proc.stderr, (args, proc.stderr[-2000:])
+
+
+def test_train_main_unprepared_tfds_is_one_error_line_exit_2(bad_runs):
+    proc, data_dir = bad_runs["tfds"], bad_runs["data_dir"]
+    assert proc.returncode == 2, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert errors == [
+        f"error: tfds dataset 'cifar10' is not prepared in {data_dir}: build it with "
+        "`tfds build cifar10 --data_dir DIR` on a machine with network, copy DIR here and pass --data_dir=DIR; "
+        "or use --dataset=folder:PATH for an image folder"
+    ], proc.stderr
+    assert "Traceback" not in proc.stderr and "unknown or zero size" not in proc.stderr
+
+
+def test_unknown_monitor_is_one_clear_line_and_nonzero_exit(bad_runs):
+    proc = bad_runs["monitor"]
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "unknown monitor 'probe'; choose auto, none, or a comma list of knn, knn:LABEL, colorperm" in proc.stderr
 
 
 def test_default_moco_queue_is_the_papers_or_at_most_sixty_percent_of_the_data():

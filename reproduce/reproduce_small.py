@@ -1,19 +1,19 @@
 """CPU-scale reproduction of the paper's effect, advanced in pieces through a results ledger.
 
-    python bench/reproduce_small.py                       # every arm not yet in the ledger (~4-5 h on 2 cores)
-    python bench/reproduce_small.py --time_budget=60      # only the arms that fit in an hour
-    python bench/reproduce_small.py --arms='tiny-simsiam-*-s1'   # some arms (globs on names or ids)
-    python bench/reproduce_small.py --list                # the arms, what is done, what is left
-    python bench/reproduce_small.py --report_only         # table, curves and docs/results.md from the ledger
-    python bench/reproduce_small.py --quick               # smoke version of the whole pipeline (CI)
+    python reproduce/reproduce_small.py                   # every arm not yet in the ledger (~4-5 h on 2 cores)
+    python reproduce/reproduce_small.py --time_budget=60  # only the arms that fit in an hour
+    python reproduce/reproduce_small.py --arms='tiny-simsiam-*-s1'  # some arms (globs on names or ids)
+    python reproduce/reproduce_small.py --list            # the arms, what is done, what is left
+    python reproduce/reproduce_small.py --report_only     # table, curves and docs/results.md from the ledger
+    python reproduce/reproduce_small.py --quick           # smoke version of the whole pipeline (CI)
 
 An arm is one pretraining run (data, method, AugSelf set, conditioning set, seed, budget) and its
-evaluations with eval_main.py. Each finished arm writes docs/results/ledger/<arm id>.json (its settings,
+evaluations with eval_main.py. Each finished arm writes reproduce/ledger/<arm id>.json (its settings,
 commit, machine, wall times, evaluation records and monitor curves; no weights); arms with an entry for
 the same settings are not run again. Run directories live under runs/reproduce_small/<arm id> (not
 committed): an interrupted arm resumes from its checkpoint when the command runs again. The arms, the
-ledger schema and the report are in bench/ledger.py; running them in bench/ledger_runner.py.
-``python -m bench.reproduce_small`` from the repository root is the same command.
+ledger schema and the report are in reproduce/ledger.py; running them in reproduce/ledger_runner.py.
+``python -m reproduce.reproduce_small`` from the repository root is the same command.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import os
 import signal
 import sys
 
-if __package__:  # python -m bench.reproduce_small, or imported as bench.reproduce_small (tests)
-    from bench import ledger, ledger_runner
-else:  # python bench/reproduce_small.py: Python put bench/ first on sys.path
+if __package__:  # python -m reproduce.reproduce_small, or imported as reproduce.reproduce_small (tests)
+    from reproduce import ledger, ledger_runner
+else:  # python reproduce/reproduce_small.py: Python put reproduce/ first on sys.path
     import ledger
     import ledger_runner
 
@@ -45,7 +45,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data"),
                    help="directory holding tiny-imagenet-mini, cifar10-mini and flowers17")
     p.add_argument("--out", default=None, help="run directories (default runs/reproduce_small[_quick])")
-    p.add_argument("--ledger", default=None, help="ledger directory (default docs/results/ledger; --quick: OUT/ledger)")
+    p.add_argument("--ledger", default=None, help="ledger directory (default reproduce/ledger; --quick: OUT/ledger)")
     p.add_argument("--results_md", default=None, help="document with the generated block (default docs/results.md)")
     p.add_argument("--curves", default=None, help="curve picture (default docs/img/reproduce_small_curves.png)")
     p.add_argument("--epochs", type=int, default=None, help="tiny-imagenet budget's epochs (new arms; default 120)")
@@ -62,7 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                 p.error(f"--quick never writes under docs/: {path}")
     else:
         args.out = os.path.abspath(args.out or os.path.join(ROOT, "runs", "reproduce_small"))
-        args.ledger = args.ledger or os.path.join(ROOT, "docs", "results", "ledger")
+        args.ledger = args.ledger or os.path.join(ROOT, "reproduce", "ledger")
         args.results_md = args.results_md or os.path.join(ROOT, "docs", "results.md")
         args.curves = args.curves or os.path.join(ROOT, "docs", "img", "reproduce_small_curves.png")
     return args

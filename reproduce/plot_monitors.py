@@ -1,6 +1,6 @@
 """Plot the online monitors (TensorBoard ``monitor/*`` scalars) of several runs against the training step.
 
-    python bench/plot_monitors.py --out docs/img/monitors_default.png \\
+    python reproduce/plot_monitors.py --out docs/img/monitors_default.png \\
         runs/moco_augself_crop_color runs/moco
 
 Each argument is a model_dir (or its tensorboard/ directory); the legend uses the directory's name, or

@@ -26,10 +26,10 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-if __package__:  # imported as bench.ledger_runner (python -m bench.reproduce_small, tests)
-    from bench import ledger
-    from bench.ledger import Arm
-else:  # run from a script in bench/ (python bench/reproduce_small.py), which put bench/ first on sys.path
+if __package__:  # imported as reproduce.ledger_runner (python -m reproduce.reproduce_small, tests)
+    from reproduce import ledger
+    from reproduce.ledger import Arm
+else:  # run as a script (python reproduce/reproduce_small.py), which put reproduce/ first on sys.path
     import ledger
     from ledger import Arm
 
@@ -326,7 +326,7 @@ def evaluate(arm: Arm, ctx: Context, state: dict) -> bool:
 
 
 def make_entry(arm: Arm, ctx: Context, state: dict) -> dict:
-    """The ledger entry of a finished arm (schema: docs/results/ledger/README.md)."""
+    """The ledger entry of a finished arm (schema: reproduce/ledger/README.md)."""
     run = ctx.run_dir(arm)
     repl = ctx.replacements(arm)
     records = []

@@ -1,15 +1,15 @@
 """Sweeps of the paper's ablations: pretrain one model per flagfile, evaluate each, one table and one plot.
 
     # λ ∈ {0.5, 1, 2} (AugSelf{color}) — the paper's Table 8-style ablation
-    python bench/sweep.py --out_dir runs/sweep_lambda \\
+    python reproduce/sweep.py --out_dir runs/sweep_lambda \\
         flags/stl10_simsiam_color_lambda0.5.cfg flags/stl10_simsiam_color_lambda1.cfg \\
         flags/stl10_simsiam_color_lambda2.cfg flags/stl10_simsiam.cfg
     # colour strength s ∈ {0.5, 1, 1.5, 2}, with and without AugSelf — Figure 1
-    python bench/sweep.py --out_dir runs/sweep_color --eval_dataset oxford_flowers102 \\
+    python reproduce/sweep.py --out_dir runs/sweep_color --eval_dataset oxford_flowers102 \\
         flags/stl10_color0.5_simsiam.cfg flags/stl10_color0.5_simsiam_augself.cfg \\
         flags/stl10_simsiam.cfg flags/stl10_simsiam_augself.cfg ...
     # toy scale (seconds per run): shapes data, a tiny ResNet, 2 steps
-    python bench/sweep.py --quick --out_dir /tmp/sweep flags/stl10_color0.5_simsiam.cfg ...
+    python reproduce/sweep.py --quick --out_dir /tmp/sweep flags/stl10_color0.5_simsiam.cfg ...
 
 For each flagfile: ``train_main.py --flagfile=F --model_dir=OUT/runs/NAME [--train_arg ...]`` (NAME = the
 flagfile's name; later flags override the flagfile's, so ``--train_arg=--max_steps=100`` shortens a run;

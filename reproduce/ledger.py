@@ -2,11 +2,11 @@
 
 An *arm* is one pretraining run plus its evaluations: data, method, AugSelf set, conditioning set, seed and
 budget. Its *settings* (everything that decides its numbers) hash to a stable id; a finished arm writes one
-small JSON entry ``<ledger>/<arm id>.json`` (schema in docs/results/ledger/README.md). The report -- the
+small JSON entry ``<ledger>/<arm id>.json`` (schema in reproduce/ledger/README.md). The report -- the
 tables, the wall-time table, the curve picture and the generated block of docs/results.md -- is a function
 of the ledger entries only, so it can be rebuilt anywhere from the committed files.
 
-Running arms is in bench/ledger_runner.py; the command is bench/reproduce_small.py. Nothing here imports
+Running arms is in reproduce/ledger_runner.py; the command is reproduce/reproduce_small.py. Nothing here imports
 TensorFlow except reading TensorBoard events (:func:`read_monitor_events`) and the paper's figures
 (:func:`paper_pair`), both imported when used.
 """
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 SCHEMA = 1
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BEGIN, END = "<!-- reproduce_small:begin -->", "<!-- reproduce_small:end -->"
-COMMAND = "python bench/reproduce_small.py"
+COMMAND = "python reproduce/reproduce_small.py"
 
 # Logical dataset names: a spec is made from them with the data directory of the machine (--data), so
 # neither an arm's id nor its ledger entry depends on where the images live.
@@ -539,7 +539,7 @@ DATA_TITLES = {"tiny": "tiny-imagenet-mini (train split)", "shapes": "embedded `
 
 
 def render_block(entries: Sequence[dict], pending: Sequence[Arm], curves_link: str | None,
-                 ledger_label: str = "docs/results/ledger/", command: str = COMMAND) -> str:
+                 ledger_label: str = "reproduce/ledger/", command: str = COMMAND) -> str:
     """The generated block of docs/results.md: a function of the ledger entries (and the pending arms) only."""
     out = ["## Small-scale reproduction (generated from the ledger)", ""]
     if not entries:
@@ -576,7 +576,7 @@ def render_block(entries: Sequence[dict], pending: Sequence[Arm], curves_link: s
         out += ["### Wall time, machines and commits", "", table, "", "Machines:", *legend, ""]
     if pending:
         out += ["Arms not yet in the ledger: " + ", ".join(f"`{a.name}`" for a in pending)
-                + ". `python bench/reproduce_small.py` runs them.", ""]
+                + ". `python reproduce/reproduce_small.py` runs them.", ""]
     return "\n".join(out).rstrip("\n")
 
 
