@@ -153,14 +153,16 @@ def config_from_flags(flag_values: Any) -> TrainConfig:
       ValueError: a flag value no run can use (an unknown augmentation, a non-positive size, ...).
     """
     values = values_from_flags("", TrainConfig, flag_values)
-    augself = values["augself"]
+    method_options = method_options_from_flags(flag_values)
+    # A step AugSelf predicts or the method needs (LooC's left-out augmentations) gets its predicted default.
+    wanted = set(values["augself"]) | set(METHODS[values["method"]].required_steps(method_options))
     probabilities = {
         step.probability.field: step.probability.resolve(flag_values[step.probability.field].value,
-                                                         step.name in augself)
+                                                         step.name in wanted)
         for step in registry.PIPELINE if step.probability is not None
     }
     augment = AugmentConfig(**values_from_flags("", AugmentConfig, flag_values), probabilities=probabilities)
-    return TrainConfig(**values, augment=augment, method_options=method_options_from_flags(flag_values))
+    return TrainConfig(**values, augment=augment, method_options=method_options)
 
 
 def flag_values_of(cfg: TrainConfig) -> dict[str, Any]:
