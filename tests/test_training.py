@@ -147,6 +147,9 @@ def test_loop_fetches_logs_only_at_log_steps(tmp_path, monkeypatch):
         (["--augself_weight=-1"], "augself_weight"),
         (["--batch_size=15", "--cpu_replicas=2"], "not divisible"),
         (["--dataset=no_such_dataset_xyz"], "unknown dataset"),
+        (["--method=looc", "--looc_augmentations=color,sepia"],
+         "error: --looc_augmentations: unknown augmentation 'sepia'; choose from crop, flip, color"),
+        (["--method=looc", "--condition=color"], "error: --condition does not compose with --method=looc"),
     ],
 )
 def test_bad_input_is_one_clear_line_and_nonzero_exit(tmp_path, args, expected):
