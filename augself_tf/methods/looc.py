@@ -139,11 +139,14 @@ class LooC(AugSelfModel):
         self.spaces = ("z0", *self.left_out)
         self.temperature, self.key_momentum = o.temperature, o.key_momentum
         self.queue_size, self.projector_dim = o.queue_size, o.projector_dim
-        make = lambda name: SpaceHeads(self.spaces, o.projector_hidden, o.projector_dim,  # noqa: E731
-                                       synchronized_bn=self.synchronized_bn, name=name)
-        self.projector = make("projector")
-        self.key_encoder = SpacesMomentumEncoder(backbone, make("key_projector"))
+        self.projector = self._space_heads("projector")
+        self.key_encoder = SpacesMomentumEncoder(backbone, self._space_heads("key_projector"))
         self.plus_features = PlusFeatures(self.projector)
+
+    def _space_heads(self, name: str) -> SpaceHeads:
+        o = self.method_options
+        return SpaceHeads(self.spaces, o.projector_hidden, o.projector_dim, synchronized_bn=self.synchronized_bn,
+                          name=name)
 
     def build_heads(self, feature_dim: int) -> None:
         self.projector.build((None, feature_dim))
