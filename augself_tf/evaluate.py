@@ -7,6 +7,7 @@ The same program is `python -m augself_tf.evaluate`, and `python eval_main.py` i
   augself-eval --saved_model runs/augself/saved_model --protocol all --dataset shapes --max_examples 500
   augself-eval --saved_model m --protocol fewshot --dataset fc100 --fewshot_shots 1,5
   augself-eval --saved_model m --protocol linear --dataset shapes --label_key color
+  augself-eval --saved_model runs/looc/saved_model --signature looc_plus_features   # LooC++
 
 Writes one JSON record per (model, protocol, dataset) to --output (merged with records already there),
 pictures beside it, and prints a markdown table with one column per model and the paper's figures.
@@ -44,6 +45,9 @@ class EvalCommand:
 
     saved_model: str | None = option(None, "SavedModel directory, or several separated by commas (one column "
                                            "each).")
+    signature: str = option("serving_default", "SavedModel signature whose features are evaluated: serving_default = "
+                                               "the backbone's (every export); looc_plus_features = LooC++, every "
+                                               "LooC space's head output concatenated (--method=looc exports).")
     protocol: str = option("linear", lambda: "One protocol, or several separated by commas: " + "; ".join(
         f"{name} = {p.summary}" for name, p in PROTOCOLS.items()) + f"; all = {', '.join(all_protocols())}.")
     dataset: str = option("shapes", "Dataset spec: shapes, folder:PATH, a tfds name, or fc100.")
@@ -143,7 +147,7 @@ def run(argv_models: list[str], protocols: list[str], explicit: bool) -> int:
     from augself_tf.evaluation.context import EvalContext, log_stderr
     from augself_tf.evaluation.datasets import DataAccess
     from augself_tf.evaluation.estimators.errors import EvalError
-    from augself_tf.evaluation.loading import load_model
+    from augself_tf.evaluation.loading import DEFAULT_SIGNATURE, load_model
     from augself_tf.evaluation.protocols import run_protocol, unfit_reason
 
     output = FLAGS.output or default_output(argv_models[0])
@@ -164,7 +168,10 @@ def run(argv_models: list[str], protocols: list[str], explicit: bool) -> int:
         settings.strategy = make_strategy(FLAGS.strategy, FLAGS.cpu_replicas)
         if log:
             log(f"[eval] finetune on {settings.strategy.num_replicas_in_sync} replica(s) ({FLAGS.strategy})")
-    models = [load_model(p) for p in argv_models]  # fail fast on every bad path
+    if "finetune" in protocols and FLAGS.signature != DEFAULT_SIGNATURE:
+        raise EvalError(f"--protocol=finetune trains the backbone ({DEFAULT_SIGNATURE}); --signature="
+                        f"{FLAGS.signature} is for the frozen-feature protocols")
+    models = [load_model(p, FLAGS.signature) for p in argv_models]  # fail fast on every bad path
     names = [m.name for m in models]
     for i, m in enumerate(models):  # distinct column names
         if names.count(m.name) > 1:

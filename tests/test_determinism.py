@@ -2,8 +2,9 @@
 
 The suite runs one corner of the matrix that ``bench/bench_determinism.py --matrix`` runs in full (SimSiam and MoCo
 × host and device photometric modes × global batch 128 and 256; figures in docs/distributed.md): MoCo with the
-device photometric stage at batch 256. SimSiam in host mode at batch 128 (issue 25's command) is the kill -9
-configuration of tests/test_resume.py, which compares two separate processes as well.
+device photometric stage at batch 256. SimSiam in host mode at batch 128 (issue 25's command) and LooC's four
+views (device mode, 2 replicas) are kill -9 configurations of tests/test_resume.py, which compares two separate
+--deterministic processes as well: a rerun of LooC is checked bit for bit there.
 """
 
 from __future__ import annotations

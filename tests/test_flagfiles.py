@@ -79,13 +79,15 @@ GROUPS = _groups()
 
 
 def test_there_is_a_flagfile_per_experiment():
-    assert len(NAMES) == 45
+    assert len(NAMES) == 48
     for m in ("simsiam", "moco", "byol", "simclr", "swav"):
         assert {f"stl10_{m}", f"stl10_{m}_augself"} <= set(NAMES)
     for m in ("simsiam", "moco", "supervised"):
         assert {f"imagenet100_{m}", f"imagenet100_{m}_augself"} <= set(NAMES)
     # CASSLE (conditioned projectors) beside AugSelf: its paper's ImageNet100 MoCo v2 run, STL10 SimSiam and MoCo.
     assert {"imagenet100_moco_cassle", "stl10_simsiam_cassle", "stl10_moco_cassle"} <= set(NAMES)
+    # LooC's rows of table:looc_comparison (docs/experiments.md, "LooC").
+    assert {"imagenet100_looc_color", "imagenet100_looc_rotation", "imagenet100_looc_color_rotation"} <= set(NAMES)
 
 
 def _expected_augself(name: str) -> tuple[str, ...]:
@@ -144,6 +146,11 @@ def test_flagfile_parses_into_the_paper_settings(name):
         assert (cfg.lr, cfg.batch_size, cfg.epochs, opts["projector_layers"]) == (0.05, 256, 500, 3)
     if name.startswith("imagenet100_moco"):
         assert (cfg.lr, cfg.batch_size, cfg.epochs, opts["projector_hidden"]) == (0.03, 256, 500, 2048)
+    if model.method == "looc":  # LooC in the paper's ImageNet100 MoCo v2 setup, one head of MoCo's shape per space
+        assert (cfg.lr, cfg.batch_size, cfg.epochs, opts["projector_hidden"], opts["projector_dim"]) == \
+            (0.03, 256, 500, 2048, 128)
+        assert (opts["temperature"], opts["key_momentum"], opts["queue_size"]) == (0.2, 0.999, 65536)
+        assert opts["looc_augmentations"] == name[len("imagenet100_looc_"):].replace("_", ",")
     if name.startswith("imagenet100_supervised"):
         assert (cfg.batch_size, cfg.epochs) == (128, 100)
     if model.method == "simsiam" and name.startswith("stl10_"):

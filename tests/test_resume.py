@@ -76,6 +76,11 @@ def test_pair_stream_ignores_tensorflows_global_seed():
 MOCO = ("--method=moco", "--augself=crop,color", "--dataset=shapes", "--split=test", "--width=0.0625",
         "--image_size=16", "--batch_size=16", "--max_steps=10", "--checkpoint_every=2", "--log_every=1",
         "--queue_size=64", "--projector_hidden=32", "--projector_dim=16", "--noexport", "--photometric=device")
+# LooC: four views per example (q, k0 and the keys copying q's colour and rotation draws), a queue per space.
+LOOC = ("--method=looc", "--looc_augmentations=color,rotation", "--augself=crop,color", "--dataset=shapes",
+        "--split=test", "--width=0.0625", "--image_size=16", "--batch_size=16", "--max_steps=6",
+        "--checkpoint_every=2", "--log_every=1", "--queue_size=64", "--projector_hidden=32", "--projector_dim=16",
+        "--noexport", "--photometric=device")
 SIMSIAM_HOST = ("--method=simsiam", "--augself=crop,color", "--batch_size=128", "--image_size=32", "--width=0.125",
                 "--seed=3", "--photometric=host", "--monitor=none", "--max_steps=4", "--checkpoint_every=2",
                 "--log_every=1", "--noexport")
@@ -109,7 +114,8 @@ CONDITIONED = ("--condition=crop,color,color_diff,blur,grayscale", "--condition_
 @pytest.mark.parametrize(("args", "kill_after", "steps"), [
     ((*MOCO, *CONDITIONED), 4, 10),
     (SIMSIAM_HOST, 2, 4),
-], ids=["moco-conditioned", "simsiam-host-b128"])
+    (LOOC, 2, 6),
+], ids=["moco-conditioned", "simsiam-host-b128", "looc-4-views"])
 def test_kill_9_mid_epoch_then_same_command_ends_bit_identical(tmp_path, args, kill_after, steps):
     """Two replicas, --deterministic: SIGKILL after a mid-epoch checkpoint, rerun the command, compare bits."""
     full, killed = str(tmp_path / "full"), str(tmp_path / "killed")
@@ -136,7 +142,7 @@ def test_kill_9_mid_epoch_then_same_command_ends_bit_identical(tmp_path, args, k
         assert f"Resumed from {left}" in f.read()
     a, b = _values(full), _values(killed)
     assert a.keys() == b.keys()
-    assert any("queue" in k for k in a) == ("--method=moco" in args)
+    assert any("queue" in k for k in a) == ("--method=moco" in args or "--method=looc" in args)
     assert any("omega" in k for k in a) == (CONDITIONED[0] in args)  # the ω-MLPs (online and key) are checkpointed
     assert int(a[saved_name("optimizer/torch_sgd/iteration")]) == steps
     different = [k for k in a if not np.array_equal(a[k], b[k])]

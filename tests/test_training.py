@@ -146,6 +146,9 @@ BAD_INPUTS = [
     (["--augself_weight=-1"], "augself_weight"),
     (["--batch_size=15", "--cpu_replicas=2"], "not divisible"),
     (["--dataset=no_such_dataset_xyz"], "unknown dataset"),
+    (["--method=looc", "--looc_augmentations=color,sepia"],
+     "error: --looc_augmentations: unknown augmentation 'sepia'; choose from crop, flip, color"),
+    (["--method=looc", "--condition=color"], "error: --condition does not compose with --method=looc"),
 ]
 # A tiny MoCo run on shapes asking for a monitor that does not exist.
 UNKNOWN_MONITOR = ["--method=moco", "--augself=crop,color", "--dataset=shapes", "--split=test", "--width=0.0625",

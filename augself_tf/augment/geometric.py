@@ -153,7 +153,7 @@ FLIP = Augmentation(
 ROTATION = Augmentation(
     name="rotation", seed_slot=5, sample=_sample_rotation, transform=_rotate, omega=_rotation_omega, omega_dim=1,
     commutes_with_device=True, descriptors=(Descriptor("rotation", 4, _rotation_descriptor),),
-    probability=Probability("rotation_prob", 0.0, "Rotation probability (default 0.5 when rotation is predicted, "
-                            "else 0).", when_predicted=0.5),
+    probability=Probability("rotation_prob", 0.0, "Rotation probability (default 0.5 when rotation is predicted or "
+                            "left out by --method=looc, else 0).", when_predicted=0.5),
     head_dim=4, target=rotation_target, loss=categorical_cross_entropy, metric=categorical_error,
 )

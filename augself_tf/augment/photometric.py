@@ -199,6 +199,6 @@ SOLARIZE = regression(
     "solarize", seed_slot=6, sample=_sample_solarize, transform=_solarize, stage=DEVICE,
     transform_batch=_solarize_batch, omega=_solarize_omega, omega_dim=1,
     probability=Probability("solarize_prob", 0.0, "Solarization probability (default 0.5 when solarize is "
-                            "predicted, else 0).", when_predicted=0.5),
+                            "predicted or left out by --method=looc, else 0).", when_predicted=0.5),
     descriptors=(Descriptor("solarize", 1, as_is("solarize")),),  # δ, 1 when not applied: the reference's
 )

@@ -9,18 +9,22 @@ import tensorflow as tf
 from augself_tf.augment import ops, registry
 from augself_tf.augment.augment_config import AugmentConfig
 from augself_tf.augment.steps import DEVICE
+from augself_tf.augment.views import TWO_VIEWS, ViewPlan, batch_views, view_keys
 
 PHOTOMETRIC_MODES = ("host", "device")
 
 
+def slot_seeds(seed: tf.Tensor) -> tf.Tensor:
+    """The per-slot seeds [NUM_SEED_SLOTS, 2] of one view's seed [2]: step ``s`` draws from row ``s.seed_slot``."""
+    seed = tf.ensure_shape(tf.cast(tf.convert_to_tensor(seed), tf.int64), [2])
+    return tf.random.experimental.stateless_split(seed, num=registry.NUM_SEED_SLOTS)
+
+
 def _run(
-    image: tf.Tensor, seed: tf.Tensor, config: AugmentConfig, device_params: dict | None
+    image: tf.Tensor, step_seeds: tf.Tensor, config: AugmentConfig, device_params: dict | None
 ) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
-    """Draws every step; applies all of them, or (``device_params`` given) only the host ones, collecting
-    the device steps' draws into ``device_params`` instead."""
-    seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
-    seed = tf.ensure_shape(seed, [2])
-    step_seeds = tf.random.experimental.stateless_split(seed, num=registry.NUM_SEED_SLOTS)
+    """Draws every step from its row of ``step_seeds``; applies all of them, or (``device_params`` given) only
+    the host ones, collecting the device steps' draws into ``device_params`` instead."""
     size = config.image_size
     view = ops.to_float_rgb(image)
     omega: dict[str, tf.Tensor] = {}
@@ -57,7 +61,7 @@ def augment_view(
       tensors {"crop": [4], "flip": [1], "color": [4], "color_diff": [3], "solarize": [1], "grayscale": [1],
       "blur": [1], "rotation": [1]} (``registry.OMEGA_DIMS``; see docs/architecture.md and ``registry``).
     """
-    return _run(image, seed, AugmentConfig() if config is None else config, None)
+    return _run(image, slot_seeds(seed), AugmentConfig() if config is None else config, None)
 
 
 def augment_view_for_device(
@@ -73,22 +77,49 @@ def augment_view_for_device(
       (view uint8 [S, S, 3], omega as ``augment_view``'s but for the device steps' measurements (colour
       jitter's ``color_diff``), which ``finish_views`` adds, {device step name: its draws}).
     """
+    return _device_view(image, slot_seeds(seed), AugmentConfig() if config is None else config)
+
+
+def _device_view(image: tf.Tensor, step_seeds: tf.Tensor, config: AugmentConfig) -> tuple:
     params: dict[str, dict[str, tf.Tensor]] = {}
-    view, omega = _run(image, seed, AugmentConfig() if config is None else config, params)
+    view, omega = _run(image, step_seeds, config, params)
     return tf.cast(tf.round(view * 255.0), tf.uint8), omega, params
+
+
+def augment_views(
+    image: tf.Tensor, seed: tf.Tensor, config: AugmentConfig, plan: ViewPlan = TWO_VIEWS, photometric: str = "host"
+) -> dict:
+    """Every view of ``plan`` of one image from one example seed [2], as the batch carries them.
+
+    Returns {view1, omega1, ..., viewN, omegaN} (``augment_view``'s views and ω) or, with
+    ``photometric="device"``, uint8 views, ω and the device steps' draws {..., device1, ..., deviceN}
+    (``augment_view_for_device``'s), for ``finish_views``. View j copies the draws ``plan`` says it shares.
+    """
+    if photometric not in PHOTOMETRIC_MODES:
+        raise ValueError(f"photometric must be one of {', '.join(PHOTOMETRIC_MODES)}, got {photometric!r}")
+    out = {}
+    for j, seeds in enumerate(plan.slot_seeds(seed)):
+        view_key, omega_key, params_key = view_keys(j)
+        if photometric == "device":
+            out[view_key], out[omega_key], out[params_key] = _device_view(image, seeds, config)
+        else:
+            out[view_key], out[omega_key] = _run(image, seeds, config, None)
+    return out
 
 
 def finish_views(batch: Mapping[str, tf.Tensor], config: AugmentConfig) -> dict:
     """Views float32 in [0, 1], applying the device stage batched where the pipeline left it.
 
     A batch from ``make_pair_dataset(..., photometric="device")`` carries uint8 views and the device steps'
-    draws under ``device1`` / ``device2``: colour jitter (per-example factors and order), solarization,
-    grayscale and Gaussian blur run here as batched tensor ops, in pipeline order, and the ω entries those
-    steps measure on their images (``steps.Measurement``) are added to ``omega1`` / ``omega2``. A host-mode
-    batch (float views, no draws, ω complete) is only cast. Graph-safe, XLA-compatible, per replica.
+    draws under ``device1`` / ``device2`` (and ``device3``... for a method with more views): colour jitter
+    (per-example factors and order), solarization, grayscale and Gaussian blur run here as batched tensor ops,
+    in pipeline order, and the ω entries those steps measure on their images (``steps.Measurement``) are added
+    to ``omega1`` / ``omega2`` / .... A host-mode batch (float views, no draws, ω complete) is only cast.
+    Graph-safe, XLA-compatible, per replica.
     """
     out = dict(batch)
-    for view_key, params_key, omega_key in (("view1", "device1", "omega1"), ("view2", "device2", "omega2")):
+    for j in range(batch_views(batch)):
+        view_key, omega_key, params_key = view_keys(j)
         views = batch[view_key]
         if params_key not in batch:
             if views.dtype == tf.uint8:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from augself_tf.augment import PHOTOMETRIC_MODES, AugmentConfig, augment_view, augment_view_for_device
+from augself_tf.augment import PHOTOMETRIC_MODES, AugmentConfig
+from augself_tf.augment.pipeline import augment_views
+from augself_tf.augment.views import TWO_VIEWS, ViewPlan
 
 _SHUFFLE_SALT = 0x5EED
 _VIEW_SALT = 0xA11
@@ -23,21 +25,15 @@ def example_seed(seed: int, epoch: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
     return tf.random.experimental.stateless_fold_in(s, tf.cast(index, tf.int64))
 
 
-def two_views(example: dict, seed: tf.Tensor, config: AugmentConfig, photometric: str = "host") -> dict:
-    """Maps one source example to {view1, view2, omega1, omega2[, label]} from a seed [2].
+def two_views(example: dict, seed: tf.Tensor, config: AugmentConfig, photometric: str = "host",
+              views: ViewPlan = TWO_VIEWS) -> dict:
+    """Maps one source example to {view1, view2, omega1, omega2[, label]} from a seed [2] (and view3, omega3,
+    ... for a plan of more views; ``augself_tf.augment.views``).
 
     With ``photometric="device"`` the views are uint8 with only the geometric steps applied, and the
-    photometric steps' draws ride along as ``device1`` / ``device2`` for ``finish_views``.
+    photometric steps' draws ride along as ``device1`` / ``device2`` / ... for ``finish_views``.
     """
-    s1, s2 = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-    if photometric == "device":
-        v1, o1, d1 = augment_view_for_device(example["image"], s1, config)
-        v2, o2, d2 = augment_view_for_device(example["image"], s2, config)
-        out = {"view1": v1, "view2": v2, "omega1": o1, "omega2": o2, "device1": d1, "device2": d2}
-    else:
-        v1, o1 = augment_view(example["image"], s1, config)
-        v2, o2 = augment_view(example["image"], s2, config)
-        out = {"view1": v1, "view2": v2, "omega1": o1, "omega2": o2}
+    out = augment_views(example["image"], seed, config, views, photometric)
     if "label" in example:
         out["label"] = tf.cast(example["label"], tf.int64)
     return out
@@ -58,8 +54,9 @@ def make_pair_dataset(
     cache: bool = False,
     deterministic: bool = True,
     photometric: str = "host",
+    views: ViewPlan = TWO_VIEWS,
 ) -> tf.data.Dataset:
-    """Batches of two augmented views with their ω, epoch after epoch.
+    """Batches of two (or ``views.num_views``) augmented views with their ω, epoch after epoch.
 
     Args:
       source: dataset of {"image": uint8 [H,W,3], "label": ...} (see `augself_tf.data.sources`).
@@ -75,6 +72,8 @@ def make_pair_dataset(
       deterministic: keep element order fixed under parallel map (needed for exact resume).
       photometric: "host" applies every augmentation here (float32 views); "device" leaves the photometric
         ones to ``augself_tf.augment.finish_views`` in the training step (uint8 views, same draws and ω).
+      views: the views of every example and the draws they share (the method's ``view_plan``; default two
+        independent views).
     """
     if batch_size <= 0:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
@@ -98,7 +97,7 @@ def make_pair_dataset(
         shuffle_seed = tf.random.experimental.stateless_fold_in(tf.constant([seed, _SHUFFLE_SALT], tf.int64), epoch)[0]
         ds = base.shuffle(shuffle_buffer, seed=shuffle_seed, reshuffle_each_iteration=False)
         ds = ds.map(
-            lambda i, ex: two_views(ex, example_seed(seed, epoch, i), config, photometric),
+            lambda i, ex: two_views(ex, example_seed(seed, epoch, i), config, photometric, views),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=deterministic,
         )

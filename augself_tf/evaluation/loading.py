@@ -1,7 +1,8 @@
 """Exported SavedModels as ``images -> features`` (the export contract of docs/architecture.md).
 
-A SavedModel qualifies when its ``serving_default`` signature takes one float image tensor
-[N, H, W, 3] in [0, 1] and returns a ``features`` output (or exactly one output).
+A SavedModel qualifies when its ``serving_default`` signature (or the one ``--signature`` names, e.g. LooC's
+``looc_plus_features``) takes one float image tensor [N, H, W, 3] in [0, 1] and returns a ``features`` output
+(or exactly one output).
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ import tensorflow as tf
 
 from augself_tf.evaluation.estimators.errors import EvalError, first_line
 
+#: The backbone's features in every export of this project.
+DEFAULT_SIGNATURE = "serving_default"
+
 
 @dataclasses.dataclass
 class LoadedModel:
-    """A SavedModel's ``serving_default`` signature wrapped as images -> features.
+    """A SavedModel's ``serving_default`` (or another) signature wrapped as images -> features.
 
     Attributes:
       path: directory the SavedModel was loaded from.
@@ -27,6 +31,7 @@ class LoadedModel:
       input_dtype: its dtype (float32 normally).
       output_key: the output used as features.
       fixed_size: (H, W) when the signature only accepts one image size, else None.
+      signature: the signature's name.
     """
 
     path: str
@@ -37,6 +42,7 @@ class LoadedModel:
     fixed_size: tuple[int | None, int | None] | None
     _fn: Callable[..., dict] = dataclasses.field(repr=False)
     _module: object = dataclasses.field(repr=False, default=None)
+    signature: str = DEFAULT_SIGNATURE
 
     def check_size(self, size: int) -> None:
         """Raise :class:`EvalError` if the signature has a static image size other than ``size``."""
@@ -89,11 +95,12 @@ def _resolve_saved_model_dir(path: str) -> str:
     return path
 
 
-def load_model(path: str) -> LoadedModel:
+def load_model(path: str, signature: str = DEFAULT_SIGNATURE) -> LoadedModel:
     """Load an exported feature extractor.
 
-    The SavedModel must have a ``serving_default`` signature with one floating-point image input
-    ([N, H, W, 3], values in [0, 1]) and either a ``features`` output or exactly one output.
+    The SavedModel must have the signature named ``signature`` (default ``serving_default``: the backbone's
+    features) with one floating-point image input ([N, H, W, 3], values in [0, 1]) and either a ``features``
+    output or exactly one output. Another signature's name is shown after the model's: ``run:looc_plus_features``.
 
     Raises:
       EvalError: missing path, unloadable SavedModel, no usable signature.
@@ -105,41 +112,43 @@ def load_model(path: str) -> LoadedModel:
     except Exception as e:  # noqa: BLE001 - any loader failure becomes one clear line
         raise EvalError(f"cannot load SavedModel {path}: {first_line(e)}") from None
     signatures = module.signatures
-    if "serving_default" not in signatures:
+    if signature not in signatures:
         found = ", ".join(sorted(signatures)) or "none"
-        raise EvalError(f"SavedModel {path} has no 'serving_default' signature (signatures: {found})")
-    fn = signatures["serving_default"]
+        raise EvalError(f"SavedModel {path} has no {signature!r} signature (signatures: {found})")
+    fn = signatures[signature]
     args, kwargs = fn.structured_input_signature
     inputs = dict(kwargs)
     for i, spec in enumerate(args):
         inputs[getattr(spec, "name", None) or f"arg{i}"] = spec
     if len(inputs) != 1:
         raise EvalError(
-            f"SavedModel {path}: serving_default must take exactly one image tensor, it takes {sorted(inputs)}"
+            f"SavedModel {path}: {signature} must take exactly one image tensor, it takes {sorted(inputs)}"
         )
     (input_name, spec), = inputs.items()
     if not isinstance(spec, tf.TensorSpec) or not spec.dtype.is_floating:
         raise EvalError(
-            f"SavedModel {path}: serving_default input {input_name!r} is {spec}, expected a float image "
+            f"SavedModel {path}: {signature} input {input_name!r} is {spec}, expected a float image "
             "tensor [N, H, W, 3]"
         )
     shape = spec.shape
     if shape.rank is not None and (shape.rank != 4 or shape[-1] not in (None, 3)):
         raise EvalError(
-            f"SavedModel {path}: serving_default input {input_name!r} has shape {shape}, expected [N, H, W, 3]"
+            f"SavedModel {path}: {signature} input {input_name!r} has shape {shape}, expected [N, H, W, 3]"
         )
     fixed = None
     if shape.rank == 4 and (shape[1] is not None or shape[2] is not None):
         fixed = (shape[1], shape[2])
     outputs = fn.structured_outputs
     if not isinstance(outputs, dict) or not outputs:
-        raise EvalError(f"SavedModel {path}: serving_default returns no named outputs")
+        raise EvalError(f"SavedModel {path}: {signature} returns no named outputs")
     if "features" in outputs:
         key = "features"
     elif len(outputs) == 1:
         key = next(iter(outputs))
     else:
         raise EvalError(
-            f"SavedModel {path}: serving_default has outputs {sorted(outputs)}; expected 'features' or one output"
+            f"SavedModel {path}: {signature} has outputs {sorted(outputs)}; expected 'features' or one output"
         )
-    return LoadedModel(path, name, input_name, spec.dtype, key, fixed, _fn=fn, _module=module)
+    if signature != DEFAULT_SIGNATURE:
+        name = f"{name}:{signature}"
+    return LoadedModel(path, name, input_name, spec.dtype, key, fixed, _fn=fn, _module=module, signature=signature)

@@ -1,10 +1,12 @@
-"""Exports the backbone alone as a SavedModel that needs neither Keras code nor this package to load."""
+"""Exports the backbone alone as a SavedModel that needs neither Keras code nor this package to load (and,
+for a method that declares them, more representations as extra signatures: LooC's ``looc_plus_features``)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import uuid
+from collections.abc import Mapping
 
 import keras
 import tensorflow as tf
@@ -15,9 +17,10 @@ _IMAGES = [tf.TensorSpec([None, None, None, 3], tf.float32, name="images")]
 class _ServingBackbone(tf.Module):
     # The exported module (serving_default, train_features); evaluation.extraction.FeatureExtractor is
     # the unrelated reader that runs such exports over datasets.
-    def __init__(self, backbone: keras.Model) -> None:
+    def __init__(self, backbone: keras.Model, extra: Mapping[str, keras.layers.Layer]) -> None:
         super().__init__(name="augself_backbone")
         self.backbone = backbone
+        self.extra = dict(extra)  # tracked: the heads' variables are saved with the signatures that read them
         self.feature_dim = tf.constant(int(backbone.output_shape[-1]))
         # Restored without Keras, the model has no variable lists of its own: fine-tuning needs these.
         self.trainable_weights = list(backbone.trainable_variables)
@@ -27,17 +30,31 @@ class _ServingBackbone(tf.Module):
     def serve(self, images: tf.Tensor) -> dict:
         return {"features": tf.cast(self.backbone(images, training=False), tf.float32)}
 
+    def extra_signature(self, name: str) -> tf.types.experimental.ConcreteFunction:
+        """images -> {"features": extra[name](backbone features)}, batch norm in inference mode."""
+        layer = self.extra[name]
+
+        @tf.function(input_signature=_IMAGES)
+        def serve(images: tf.Tensor) -> dict:
+            features = self.backbone(images, training=False)
+            return {"features": tf.cast(layer(features), tf.float32)}
+
+        return serve.get_concrete_function()
+
     @tf.function(input_signature=_IMAGES)
     def train_features(self, images: tf.Tensor) -> tf.Tensor:
         # Batch statistics, and the BN moving averages updated as a side effect: fine-tuning as in PyTorch.
         return tf.cast(self.backbone(images, training=True), tf.float32)
 
 
-def export_backbone(backbone: keras.Model, path: str) -> str:
+def export_backbone(backbone: keras.Model, path: str, extra: Mapping[str, keras.layers.Layer] | None = None) -> str:
     """Writes `path` atomically: saved to a sibling temp dir, then renamed over any previous export.
 
     The `serving_default` signature takes float32 images [N, H, W, 3] in [0, 1] and returns
-    {"features": [N, d]} (batch norm in inference mode). For fine-tuning, the loaded object also has
+    {"features": [N, d]} (batch norm in inference mode). Each entry of `extra` (a method's
+    ``exported_features()``: signature name -> layer reading the backbone features) adds a signature of that
+    name with the same input and {"features": layer(backbone features)}; evaluation picks one with
+    ``augself-eval --signature``. For fine-tuning, the loaded object also has
     `train_features(images)` (batch norm in training mode: batch statistics, moving averages updated),
     `trainable_weights` and `non_trainable_weights` (the BN moving statistics).
     """
@@ -45,8 +62,9 @@ def export_backbone(backbone: keras.Model, path: str) -> str:
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
     tmp = os.path.join(parent, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex[:8]}")
-    module = _ServingBackbone(backbone)
-    tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
+    module = _ServingBackbone(backbone, extra or {})
+    signatures = {"serving_default": module.serve, **{name: module.extra_signature(name) for name in module.extra}}
+    tf.saved_model.save(module, tmp, signatures=signatures)
     old = None
     if os.path.exists(path):
         old = os.path.join(parent, f".{os.path.basename(path)}.old-{uuid.uuid4().hex[:8]}")

@@ -14,6 +14,7 @@ from typing import Any
 from augself_tf.flag_fields import define_flag, flag_fields, flag_kind, help_text
 from augself_tf.methods.augself_model import AugSelfModel
 from augself_tf.methods.byol import BYOL
+from augself_tf.methods.looc import LooC
 from augself_tf.methods.moco import MoCo
 from augself_tf.methods.simclr import SimCLR
 from augself_tf.methods.simsiam import SimSiam
@@ -67,6 +68,7 @@ METHODS: Registry[type[AugSelfModel]] = Registry("method", {
     "simclr": SimCLR,
     "swav": SwAV,
     "supervised": Supervised,
+    "looc": LooC,
 }, check=_check_method)
 
 

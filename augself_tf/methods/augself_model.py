@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from augself_tf.augment import AugmentConfig, finish_views
 from augself_tf.augment.registry import AUGMENTATIONS
+from augself_tf.augment.views import TWO_VIEWS, ViewPlan
 from augself_tf.flag_fields import flag_fields, help_text
 from augself_tf.losses.augself_heads import ordered_pairs, ordered_targets
 from augself_tf.methods.conditioning import (
@@ -138,6 +139,26 @@ class AugSelfModel(keras.Model):
         options.setdefault("total_steps", data.total_steps)
         options.setdefault("steps_per_epoch", data.steps_per_epoch)
         return options
+
+    @classmethod
+    def view_plan(cls, options: dict[str, Any]) -> ViewPlan:
+        """The views of every example and the draws they share (``augself_tf.augment.views``), from the run's
+        method-option flags: the input pipeline, the device stage and ω follow this one declaration. Default:
+        two independent views (view1, view2); a method needing more overrides it (LooC)."""
+        del options
+        return TWO_VIEWS
+
+    @classmethod
+    def required_steps(cls, options: dict[str, Any]) -> tuple[str, ...]:
+        """Augmentation steps the method needs switched on: each takes its AugSelf-predicted default probability
+        (rotation, solarize: 0.5) unless its flag is set. Default: none."""
+        del options
+        return ()
+
+    def exported_features(self) -> dict[str, keras.layers.Layer]:
+        """Extra SavedModel signatures beside the backbone's: {signature name: layer mapping backbone features
+        [N, d] to a representation [N, k]} (LooC's ``looc_plus_features``). Default: none."""
+        return {}
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

@@ -106,8 +106,10 @@ def distributed_pairs(
             shard=(ctx.input_pipeline_id, ctx.num_input_pipelines),
             cache=cache,
             photometric=resolve_photometric(cfg.photometric),
+            views=views,
         )
 
+    views = METHODS.get(cfg.model.method, AugSelfModel).view_plan(cfg.model.method_options)  # the method's declaration
     return strategy.distribute_datasets_from_function(dataset_fn)
 
 
@@ -283,7 +285,8 @@ def train(cfg: TrainConfig) -> TrainResult:
 
     saved_model_dir = None
     if cfg.export and chief:
-        saved_model_dir = export_backbone(model.backbone, os.path.join(model_dir, "saved_model"))
+        saved_model_dir = export_backbone(model.backbone, os.path.join(model_dir, "saved_model"),
+                                          model.exported_features())
     if not chief:  # the scratch checkpoints only served the collective saves
         shutil.rmtree(write_dir, ignore_errors=True)
     if cfg.verbose:

@@ -25,7 +25,7 @@ from augself_tf.flag_fields import (
     option,
     values_from_flags,
 )
-from augself_tf.methods import define_method_flags, method_options_from_flags
+from augself_tf.methods import METHODS, define_method_flags, method_options_from_flags
 from augself_tf.methods.model_config import ModelConfig
 from augself_tf.runtime.strategy import STRATEGIES
 from augself_tf.training.knn import DEFAULT_K, DEFAULT_TEMPERATURE
@@ -126,9 +126,11 @@ def config_from_flags(flag_values: Any) -> TrainConfig:
     values = values_from_flags("", TrainConfig, flag_values)
     model = ModelConfig(**values_from_flags("", ModelConfig, flag_values),
                         method_options=method_options_from_flags(flag_values))
+    # A step AugSelf predicts or the method needs (LooC's left-out augmentations) gets its predicted default.
+    wanted = set(model.augself_names) | set(METHODS[model.method].required_steps(model.method_options))
     probabilities = {
         step.probability.field: step.probability.resolve(flag_values[step.probability.field].value,
-                                                         step.name in model.augself_names)
+                                                         step.name in wanted)
         for step in registry.PIPELINE if step.probability is not None
     }
     augment = AugmentConfig(**values_from_flags("", AugmentConfig, flag_values), probabilities=probabilities)

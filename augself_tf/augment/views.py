@@ -1,0 +1,117 @@
+"""Which views of an image a method needs, and which augmentation draws each view takes from another view.
+
+A method declares its views once, as a ``ViewPlan``: how many, and for each view the steps whose draws it
+copies from an earlier view (``ViewSpec.shares``). Everything downstream follows from that declaration: the
+pretraining input (``augself_tf.data.pretrain``) draws every view of an example from the plan's per-slot
+seeds, host or device mode alike (``finish_views`` finishes however many views a batch carries), and the ω of
+every view rides along, so equal draws show as equal ω. Replay and resume stay exact because the seeds are a
+function of (seed, epoch, index) and the plan alone.
+
+How a draw is copied: every step draws from its own seed slot (``registry``), row ``seed_slot`` of
+``stateless_split(view seed, NUM_SEED_SLOTS)``. A view that shares step ``s`` with view ``j`` uses view ``j``'s
+row for that slot, so it draws exactly what view ``j`` drew (a step's draws depend on its seed and on the
+original image's shape only, never on the image entering it). The views' own seeds are
+``stateless_split(example seed, N)``, whose first two rows are the two-view pipeline's seeds: with no
+shared step, views 1 and 2 of any plan are the pair every two-view method sees.
+
+LooC (Xiao et al., ICLR 2021) is ``leave_one_out(("color", "rotation"))``: q and k0 independent, then one
+key per left-out augmentation that copies q's draw of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import tensorflow as tf
+
+from augself_tf.augment import registry
+
+
+def copyable_steps() -> list[str]:
+    """Steps whose draws a view can copy: registered steps with parameters ω (so equal draws can be seen)."""
+    return [s.name for s in sorted(registry.PIPELINE, key=lambda s: s.seed_slot) if s.omega is not None]
+
+
+def check_copyable(name: str, what: str = "a shared step") -> None:
+    """Raises ValueError (one line) unless ``name`` is a registered step with parameters to copy."""
+    steps = {s.name: s for s in registry.PIPELINE}
+    if name not in steps:
+        raise ValueError(f"{what}: unknown augmentation {name!r}; choose from {', '.join(copyable_steps())}")
+    if steps[name].omega is None:
+        raise ValueError(f"{what}: augmentation {name!r} has no parameters ω to copy; choose from "
+                         f"{', '.join(copyable_steps())}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ViewSpec:
+    """One view: the steps whose draws it copies, as ``((step name, index of the source view), ...)``.
+
+    A view with no shared step draws every augmentation afresh from its own seed.
+    """
+
+    shares: tuple[tuple[str, int], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class ViewPlan:
+    """The views a method needs: view ``j`` (0-based) is ``views[j]``; the batch carries it as ``view{j+1}``.
+
+    Raises:
+      ValueError: fewer than two views, a step shared twice by one view, a source view that is not an earlier
+        view, or a step that has no parameters to copy.
+    """
+
+    views: tuple[ViewSpec, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.views) < 2:
+            raise ValueError(f"a view plan needs at least 2 views, got {len(self.views)}")
+        for j, view in enumerate(self.views):
+            names = [name for name, _ in view.shares]
+            if len(set(names)) != len(names):
+                raise ValueError(f"view {j + 1} shares a step twice: {names}")
+            for name, source in view.shares:
+                check_copyable(name, f"view {j + 1}")
+                if not 0 <= source < j:
+                    raise ValueError(f"view {j + 1} can copy {name!r} only from an earlier view, not view {source + 1}")
+
+    @property
+    def num_views(self) -> int:
+        """N, the views per example."""
+        return len(self.views)
+
+    def slot_seeds(self, seed: tf.Tensor) -> list[tf.Tensor]:
+        """Every view's per-slot seeds [NUM_SEED_SLOTS, 2] from one example seed [2] (graph-safe)."""
+        seed = tf.ensure_shape(tf.cast(tf.convert_to_tensor(seed), tf.int64), [2])
+        view_seeds = tf.unstack(tf.random.experimental.stateless_split(seed, self.num_views))
+        own = [tf.random.experimental.stateless_split(s, num=registry.NUM_SEED_SLOTS) for s in view_seeds]
+        slot_of = {s.name: s.seed_slot for s in registry.PIPELINE}
+        out: list[tf.Tensor] = []
+        for j, view in enumerate(self.views):
+            rows = tf.unstack(own[j])
+            for name, source in view.shares:
+                rows[slot_of[name]] = out[source][slot_of[name]]  # the source's row, itself possibly copied
+            out.append(tf.stack(rows) if view.shares else own[j])
+        return out
+
+
+#: The plan of every two-view method: two independent views.
+TWO_VIEWS = ViewPlan((ViewSpec(), ViewSpec()))
+
+
+def leave_one_out(names: tuple[str, ...] | list[str]) -> ViewPlan:
+    """LooC's views: q, k0 (independent), then for each name a key that copies q's draw of that step."""
+    return ViewPlan((ViewSpec(), ViewSpec(), *(ViewSpec(((name, 0),)) for name in names)))
+
+
+def view_keys(j: int) -> tuple[str, str, str]:
+    """The batch keys of view ``j`` (0-based): (images, ω, device-stage draws), e.g. view1, omega1, device1."""
+    return f"view{j + 1}", f"omega{j + 1}", f"device{j + 1}"
+
+
+def batch_views(batch) -> int:
+    """How many views a batch carries (view1, view2, ... present)."""
+    n = 0
+    while f"view{n + 1}" in batch:
+        n += 1
+    return n

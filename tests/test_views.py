@@ -1,0 +1,199 @@
+"""N views from one declaration (augself_tf/augment/views.py): two-view batches unchanged to the byte, and the
+draws a view copies from another, tested as truth on real images in host and device modes."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from augself_tf.augment import (
+    TWO_VIEWS,
+    AugmentConfig,
+    ViewPlan,
+    ViewSpec,
+    augment_views,
+    finish_views,
+    leave_one_out,
+    registry,
+)
+from augself_tf.augment.steps import Step
+from augself_tf.data.pretrain import make_pair_dataset
+from augself_tf.data.sources import load_source
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = next((d for d in (os.path.join(ROOT, "..", "shared", "data"), "/work/shared/data") if os.path.isdir(d)),
+            os.path.join(ROOT, "..", "shared", "data"))
+ALL_ON = dict(flip_prob=0.5, jitter_prob=0.8, gray_prob=0.2, blur_prob=0.5, rotation_prob=0.5, solarize_prob=0.5)
+# Every augmentation but colour off; the crop is the whole (square) image.
+ONLY_COLOR = dict(flip_prob=0.0, jitter_prob=1.0, gray_prob=0.0, blur_prob=0.0, rotation_prob=0.0, solarize_prob=0.0)
+LOOC = leave_one_out(("color", "rotation"))
+
+
+def _digest(tree) -> str:
+    """sha256 of every array of a (nested) batch: key path, dtype, shape and bytes, in sorted key order."""
+    flat = []
+
+    def walk(t, path):
+        if isinstance(t, dict):
+            for k in t:
+                walk(t[k], f"{path}/{k}")
+        else:
+            flat.append((path, np.asarray(t)))
+
+    walk(tree, "")
+    h = hashlib.sha256()
+    for path, a in sorted(flat, key=lambda kv: kv[0]):
+        h.update(f"{path}|{a.dtype}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+# Computed with the two-view pipeline before view plans existed (commit 2bbfa3a: two_views drew view 1 and 2
+# from stateless_split(seed, 2) by augment_view / augment_view_for_device): shapes 'test', seed 3, epoch 1,
+# batches 1 and 2 of 4. "finished" = finish_views of the device batch. Same TF 2.21 CPU kernels assumed.
+PINNED = {
+    ("default", "host"): ["d629fa7602c80df1b67ded41b420b24123ced65f4b94d952de64af0f87923226",
+                          "31f5ac114aab80e34a505dea15d774f3c6900c07e18f8cd69bb196085ad01eb3"],
+    ("default", "device"): ["df8a5ac78e84dffa17ee29ae765c6c626370d83e0ef75142409cb2de7cad4201",
+                            "aefcea000cbdccbdf656d883753861e73f0fa468bae984f23ed597038c41f4db"],
+    ("default", "finished"): ["5f2f4c66241d5a1f0095e8294c0c0099a5c112975817eb0b4058b4762de0b3c5",
+                              "1632cb1bdf8017f89d789bb81e019b6c713030af416485bff1ae045cac97284b"],
+    ("all_on", "host"): ["1da320e12ccb104c4da998ed3fe4c2577c63f4311be0ab25895aa202434171b3",
+                         "1c5a4151e472c79fe00b9ce7f7a54d998ca0c37d2a4b026c2854c0edd6125466"],
+    ("all_on", "device"): ["6f12b3cc6e7d058680b8a7696c562ff575100fd2d989bf0b7a386e100b557891",
+                           "1e2d5037d07ee7f07722a1ecc39543919b8a65cef7b23191de0143d5dc648356"],
+    ("all_on", "finished"): ["e5b7d18da339b0d7522104e0d54b7cf32b9e9d048bbe133cafc2f63a9a018fa8",
+                             "95abb284ebbac9059ce856c520e181d0029536a8df1e2a0e124870872cb5d6e7"],
+}
+CONFIGS = {"default": AugmentConfig(image_size=16), "all_on": AugmentConfig(image_size=24, probabilities=ALL_ON)}
+
+
+@pytest.mark.parametrize("config_name", list(CONFIGS))
+def test_two_view_batches_are_byte_identical_to_the_pipeline_before_view_plans(config_name):
+    config = CONFIGS[config_name]
+    got = {}
+    for mode in ("host", "device"):
+        ds = make_pair_dataset(load_source("shapes", "test"), config, seed=3, batch_size=4, shuffle_buffer=100,
+                               start_epoch=1, photometric=mode)
+        batches = list(ds.take(2))
+        got[(config_name, mode)] = [_digest(b) for b in batches]
+        if mode == "device":
+            got[(config_name, "finished")] = [_digest(finish_views(b, config)) for b in batches]
+    assert got == {k: v for k, v in PINNED.items() if k[0] == config_name}
+
+
+def _images() -> list[tf.Tensor]:
+    """Real square images: Tiny-ImageNet (64 px, some grayscale JPEGs) and CIFAR-10 (32 px)."""
+    tiny = sorted(glob.glob(os.path.join(DATA, "tiny-imagenet-mini", "images", "*", "*.JPEG")))[::131][:8]
+    cifar = sorted(glob.glob(os.path.join(DATA, "cifar10-mini", "train", "*", "*.jpg")))[::307][:4]
+    assert len(tiny) == 8 and len(cifar) == 4, f"real images not found under {DATA}"
+    return [tf.io.decode_image(tf.io.read_file(f), expand_animations=False) for f in tiny + cifar]
+
+
+IMAGES = _images()
+
+
+def _views(config: AugmentConfig, plan: ViewPlan, photometric: str = "host", salt: int = 5) -> list[dict]:
+    out = [augment_views(image, tf.constant([salt, i], tf.int64), config, plan, photometric)
+           for i, image in enumerate(IMAGES)]
+    if photometric == "device":  # finish each example as a batch of one, the way the training step does
+        out = [{k: (tf.nest.map_structure(lambda t: t[0], v) if isinstance(v, dict) else v[0])
+                for k, v in finish_views(tf.nest.map_structure(lambda t: t[None], ex), config).items()}
+               for ex in out]
+    return out
+
+
+def test_q_and_k0_of_the_looc_plan_are_the_two_view_pair():
+    config = AugmentConfig(image_size=32, probabilities=ALL_ON)
+    for pair, looc in zip(_views(config, TWO_VIEWS), _views(config, LOOC), strict=True):
+        assert set(looc) == {f"{k}{j}" for k in ("view", "omega") for j in range(1, 5)}
+        for key in ("view1", "view2"):
+            np.testing.assert_array_equal(looc[key].numpy(), pair[key].numpy())
+
+
+def test_k_color_is_q_pixel_for_pixel_when_colour_is_the_only_augmentation():
+    config = AugmentConfig(image_size=32, crop_min_scale=1.0, crop_ratio=(1.0, 1.0), probabilities=ONLY_COLOR)
+    for ex in _views(config, LOOC):
+        q, k0, k_color, k_rotation = (ex[f"view{j}"].numpy() for j in range(1, 5))
+        np.testing.assert_array_equal(k_color, q)
+        assert np.abs(k0 - q).max() > 0.02  # k0 and k_rotation drew their colour afresh
+        assert np.abs(k_rotation - q).max() > 0.02
+
+
+@pytest.mark.parametrize("photometric", ["host", "device"])
+def test_k_i_copies_q_draw_of_i_only_and_k0_shares_nothing(photometric):
+    config = AugmentConfig(image_size=32, probabilities={**ALL_ON, "jitter_prob": 1.0, "rotation_prob": 1.0})
+    crops_differ = 0
+    rotations_of_k0 = []
+    for ex in _views(config, LOOC, photometric):
+        q, k0, k_color, k_rotation = (ex[f"omega{j}"] for j in range(1, 5))
+        np.testing.assert_array_equal(k_color["color"].numpy(), q["color"].numpy())
+        np.testing.assert_array_equal(k_rotation["rotation"].numpy(), q["rotation"].numpy())
+        for other in (k0, k_rotation):  # drew colour afresh (applied with probability 1: continuous ω)
+            assert not np.array_equal(other["color"].numpy(), q["color"].numpy())
+        for other in (k0, k_color, k_rotation):
+            crops_differ += not np.array_equal(other["crop"].numpy(), q["crop"].numpy())
+        rotations_of_k0.append(int(k0["rotation"][0]) == int(q["rotation"][0]))
+    assert crops_differ == 3 * len(IMAGES)
+    assert not all(rotations_of_k0)  # k0's rotation is drawn afresh: it differs from q's on some images
+
+
+def test_which_seed_rows_each_view_shares():
+    """Row s of a view's slot seeds feeds step s: k_i holds q's row for i's slot and only that; k0 holds none."""
+    seeds = [s.numpy() for s in LOOC.slot_seeds(tf.constant([9, 4], tf.int64))]
+    slot = {s.name: s.seed_slot for s in registry.PIPELINE}
+    q, k0, k_color, k_rotation = seeds
+    for view, shared in ((k0, set()), (k_color, {slot["color"]}), (k_rotation, {slot["rotation"]})):
+        equal = {r for r in range(len(q)) if np.array_equal(view[r], q[r])}
+        assert equal == shared
+
+
+def test_host_and_device_modes_give_the_same_n_views():
+    """The same draws and ω (the device-measured colour shift up to uint8 rounding), and the same views up to
+    the uint8 rounding of the device stage's input (the bound of tests/test_device_stage.py)."""
+    config = AugmentConfig(image_size=32, probabilities=ALL_ON)
+    host, device = _views(config, LOOC), _views(config, LOOC, "device")
+    for j in range(1, 5):
+        h = np.stack([ex[f"view{j}"].numpy() for ex in host])
+        d = np.stack([ex[f"view{j}"].numpy() for ex in device])
+        assert np.abs(d - h).mean() <= 2e-3, j
+        for a, b in zip(host, device, strict=True):
+            assert a[f"omega{j}"].keys() == b[f"omega{j}"].keys()
+            for key, value in a[f"omega{j}"].items():
+                if key == "color_diff":
+                    np.testing.assert_allclose(b[f"omega{j}"][key].numpy(), value.numpy(), atol=2e-3)
+                else:
+                    np.testing.assert_array_equal(b[f"omega{j}"][key].numpy(), value.numpy(), err_msg=key)
+
+
+def test_a_dataset_of_four_views_replays_exactly_and_device_batches_finish_all_four():
+    source = load_source("shapes", "test")
+    config = AugmentConfig(image_size=16)
+    kwargs = dict(seed=2, batch_size=4, shuffle_buffer=100, start_epoch=1, views=LOOC)
+    a, b = (next(iter(make_pair_dataset(source, config, **kwargs))) for _ in range(2))
+    assert _digest(a) == _digest(b) and {f"view{j}" for j in range(1, 5)} <= set(a)
+    device = next(iter(make_pair_dataset(source, config, photometric="device", **kwargs)))
+    finished = finish_views(device, config)
+    for j in range(1, 5):
+        assert finished[f"view{j}"].dtype == tf.float32
+        assert "color_diff" in finished[f"omega{j}"]  # measured by the device stage on every view
+        assert np.abs(finished[f"view{j}"].numpy() - a[f"view{j}"].numpy()).mean() <= 2e-3
+
+
+def test_a_plan_refuses_what_it_cannot_copy():
+    with pytest.raises(ValueError, match="unknown augmentation 'sepia'"):
+        leave_one_out(("sepia",))
+    with pytest.raises(ValueError, match="only from an earlier view"):
+        ViewPlan((ViewSpec(), ViewSpec((("color", 1),))))
+    with pytest.raises(ValueError, match="at least 2 views"):
+        ViewPlan((ViewSpec(),))
+    no_omega = Step(name="shake", seed_slot=40, sample=lambda seed, shape, config: {},
+                    transform=lambda image, params, config: image)
+    with registry.registered(no_omega, after="crop"):
+        with pytest.raises(ValueError, match="'shake' has no parameters ω to copy"):
+            leave_one_out(("shake",))
