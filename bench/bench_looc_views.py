@@ -30,6 +30,7 @@ import tensorflow as tf  # noqa: E402
 from augself_tf.augment import AugmentConfig, registry  # noqa: E402
 from augself_tf.methods import METHODS  # noqa: E402
 from augself_tf.methods.augself_model import PretrainData  # noqa: E402
+from augself_tf.methods.model_config import ModelConfig  # noqa: E402
 from augself_tf.training.loop import build_model, make_distributed_step  # noqa: E402
 from augself_tf.training.train_config import TrainConfig  # noqa: E402
 
@@ -73,9 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     steps = {}
     for label, (method, left_out) in CONFIGS.items():
         options = {"queue_size": 4096} | ({"looc_augmentations": left_out} if left_out else {})
-        cfg = TrainConfig(method=method, augself=(), backbone=args.backbone, width=args.width,
-                          augment=AugmentConfig(image_size=args.image_size), batch_size=args.batch_size,
-                          method_options=options, verbose=0)
+        model_cfg = ModelConfig(method=method, augself=(), backbone=args.backbone, width=args.width,
+                                method_options=options)
+        cfg = TrainConfig(model=model_cfg, augment=AugmentConfig(image_size=args.image_size),
+                          batch_size=args.batch_size, verbose=0)
         model = build_model(cfg, strategy, data)
         step, batch = make_distributed_step(strategy, model), synthetic_batch(cfg)
         for _ in range(args.warmup):

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from absl import flags as absl_flags
-from augself_tf.evaluation.errors import EvalError
 from conftest import mirrored_cpus
 from helpers import compile_model, make_model, omega, replica_values, run_steps, tiny_backbone, tiny_run, unit
 
 from augself_tf.augment import registry
 from augself_tf.augment.steps import Step
+from augself_tf.evaluation.estimators.errors import EvalError
 from augself_tf.evaluation.loading import load_model
 from augself_tf.losses.looc_nce import looc_nce
 from augself_tf.methods import build_method

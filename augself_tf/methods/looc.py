@@ -26,9 +26,9 @@ import tensorflow as tf
 from augself_tf.augment.views import ViewPlan, check_copyable, leave_one_out, view_keys
 from augself_tf.flag_fields import option
 from augself_tf.losses.looc_nce import looc_nce
-from augself_tf.methods.augself_model import AugSelfModel, Forward, PretrainData
+from augself_tf.methods.augself_model import Forward, PretrainData
 from augself_tf.methods.moco import default_queue_size
-from augself_tf.methods.momentum import MomentumEncoder
+from augself_tf.methods.momentum import MomentumMethod
 from augself_tf.models.resnet import mlp
 
 DEFAULT_AUGMENTATIONS = "color,rotation"
@@ -81,23 +81,11 @@ class PlusFeatures(keras.layers.Layer):
         return tf.reshape(z, [tf.shape(z)[0], z.shape[1] * z.shape[2]])
 
 
-class SpacesMomentumEncoder(MomentumEncoder):
-    """MoCo's momentum encoder with every space's head as its projector (the same EMA, encode and pairing).
-
-    MomentumEncoder's methods read only ``self.backbone`` and ``self.projector``; this sets them to a clone of
-    the backbone and a ``SpaceHeads`` shaped like the online one instead of a single MLP.
-    """
-
-    def __init__(self, backbone: keras.Model, heads: SpaceHeads) -> None:
-        keras.layers.Layer.__init__(self, name="key_encoder")  # not MomentumEncoder's: it builds one MLP
-        self.backbone = keras.models.clone_model(backbone)
-        self.projector = heads
-
-
-class LooC(AugSelfModel):
+class LooC(MomentumMethod):
     """LooC over MoCo v2: spaces Z_0 and one Z_i per left-out augmentation, a queue of K keys per space."""
 
     method_name = "looc"
+    momentum_prefix = "key"  # the key encoder, as MoCo's
 
     @dataclasses.dataclass(frozen=True)
     class Options:
@@ -140,7 +128,8 @@ class LooC(AugSelfModel):
         self.temperature, self.key_momentum = o.temperature, o.key_momentum
         self.queue_size, self.projector_dim = o.queue_size, o.projector_dim
         self.projector = self._space_heads("projector")
-        self.key_encoder = SpacesMomentumEncoder(backbone, self._space_heads("key_projector"))
+        # The key encoder: a clone of the backbone and every space's head (MomentumMethod updates it).
+        self.create_momentum_encoder(projector=self._space_heads("key_projector"))
         self.plus_features = PlusFeatures(self.projector)
 
     def _space_heads(self, name: str) -> SpaceHeads:
@@ -150,7 +139,7 @@ class LooC(AugSelfModel):
 
     def build_heads(self, feature_dim: int) -> None:
         self.projector.build((None, feature_dim))
-        self.key_encoder.initialize(self.backbone, self.projector, feature_dim)
+        self.initialize_momentum_encoder(feature_dim)
         shape = [self.queue_size, len(self.spaces), self.projector_dim]
         init = tf.math.l2_normalize(tf.random.stateless_normal(shape, [7, 7]), -1)
         # One queue per space, stored as [K, S, D] so that a step's keys are one scatter along K.
@@ -159,8 +148,9 @@ class LooC(AugSelfModel):
         self.queue_ptr = self.add_weight(shape=(), dtype="int32", initializer="zeros", trainable=False,
                                          name="queue_ptr", aggregation="only_first_replica")
 
-    def target_variables(self) -> list[tf.Variable]:
-        return self.key_encoder.trainable_variables
+    def momentum_at(self, step: tf.Tensor) -> float:
+        del step
+        return self.key_momentum
 
     def exported_features(self) -> dict[str, keras.layers.Layer]:
         return {"looc_plus_features": self.plus_features}
@@ -180,7 +170,7 @@ class LooC(AugSelfModel):
         keys, differs, f2 = [], [], None
         for j in range(1, self.views.num_views):  # k0, then k_i: each its own pass (its own BN batch, as MoCo's)
             view, omega, _ = view_keys(j)
-            f, k = self.key_encoder.encode(batch[view], training)
+            f, k = self.encode_momentum(batch[view], batch[omega], training)
             f2 = tf.stop_gradient(f) if f2 is None else f2
             keys.append(tf.stop_gradient(tf.math.l2_normalize(tf.cast(k, tf.float32), -1)))
             differs.append(self.differs(batch["omega1"], batch[omega]))
@@ -190,7 +180,7 @@ class LooC(AugSelfModel):
         return Forward(f1, f2, total, logs, aux={"keys": keys[0]})
 
     def post_step(self, batch, forward):
-        self.key_encoder.update(self.backbone, self.projector, self.key_momentum)
+        super().post_step(batch, forward)  # the key encoder's EMA, before the queue as MoCo
         # k0's embedding in every space, gathered in replica order, enters every space's queue.
         keys = tf.distribute.get_replica_context().all_gather(forward.aux["keys"], axis=0)
         n = tf.shape(keys)[0]

@@ -31,17 +31,21 @@ class MomentumEncoder(keras.layers.Layer):
       name: prefix of the layer names ("key" → `key_encoder`, `key_projector`).
       conditioning: the online projector's conditioning (CASSLE): the target projector then has its own EMA
         copy of the ω-embedding MLP, as the reference deep-copies the conditioned projector; None: plain.
+      projector: the target projector itself, for an online projector that is not one MLP (LooC's head per
+        space); ``projector_dims`` and ``conditioning`` are then unused.
 
     The online networks are passed to `initialize` and `update` rather than stored here: as attributes of
     this layer they would be tracked as its own weights, and so excluded from the optimizer.
     """
 
-    def __init__(self, backbone: keras.Model, projector_dims: list[int], *, synchronized_bn: bool, name: str,
-                 conditioning: Conditioning | None = None) -> None:
+    def __init__(self, backbone: keras.Model, projector_dims: list[int] | None, *, synchronized_bn: bool, name: str,
+                 conditioning: Conditioning | None = None, projector: keras.layers.Layer | None = None) -> None:
         super().__init__(name=f"{name}_encoder")
         self.backbone = keras.models.clone_model(backbone)
-        self.projector = condition_head(mlp(projector_dims, synchronized_bn=synchronized_bn, name=f"{name}_projector"),
-                                        conditioning, synchronized_bn=synchronized_bn)
+        if projector is None:
+            projector = condition_head(mlp(projector_dims, synchronized_bn=synchronized_bn, name=f"{name}_projector"),
+                                       conditioning, synchronized_bn=synchronized_bn)
+        self.projector = projector
 
     def encode(self, images: tf.Tensor, training: bool,
                description: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
@@ -97,12 +101,14 @@ class MomentumMethod(AugSelfModel):
     #: ``model/<prefix>_backbone/...`` and ``model/<prefix>_projector/...`` (those of runs saved before it).
     momentum_prefix: ClassVar[str] = "target"
 
-    def create_momentum_encoder(self, projector_dims: list[int]) -> MomentumEncoder:
+    def create_momentum_encoder(self, projector_dims: list[int] | None = None, *,
+                                projector: keras.layers.Layer | None = None) -> MomentumEncoder:
         """The target: a clone of ``self.backbone`` and a projector of `projector_dims` shaped like the online one
-        (with its own ω-MLP when conditioned), kept as ``self.<prefix>_encoder``."""
+        (with its own ω-MLP when conditioned), or the given target ``projector`` (a layer shaped like
+        ``self.projector``), kept as ``self.<prefix>_encoder``."""
         prefix = self.momentum_prefix
         encoder = MomentumEncoder(self.backbone, projector_dims, synchronized_bn=self.synchronized_bn, name=prefix,
-                                  conditioning=self.conditioning)
+                                  conditioning=self.conditioning, projector=projector)
         setattr(self, f"{prefix}_encoder", encoder)
         # The checkpoint keys model/<prefix>_backbone/... of runs saved before the shared encoder: they restore.
         setattr(self, f"{prefix}_backbone", encoder.backbone)
