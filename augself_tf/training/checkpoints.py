@@ -154,23 +154,44 @@ def _jsonable(value):
     return value
 
 
+def _recorded_settings(path: str) -> dict:
+    """The ``model`` settings recorded in run.json at ``path``; a file that is not that is one line naming it."""
+    try:
+        with open(path) as f:
+            recorded = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointMismatchError(f"{path} cannot be read as run settings ({err}); restore it from a copy, or "
+                                      "use a new --model_dir") from None
+    model = recorded.get("model") if isinstance(recorded, dict) else None
+    if not isinstance(model, dict):
+        raise CheckpointMismatchError(f"{path} is not a run settings file (expected {{\"model\": {{...}}}}, got "
+                                      f"{json.dumps(recorded)[:60]}); restore it from a copy, or use a new --model_dir")
+    return model
+
+
 def check_run_settings(model_dir: str, settings: Mapping, *, write: bool) -> None:
     """Compares `settings` with ``model_dir/run.json``; writes the file (atomically) when it is absent.
 
     Raises:
-      CheckpointMismatchError: a model-defining setting differs from the one the run was started with.
+      CheckpointMismatchError: a model-defining setting differs from the one the run was started with; the
+        file is not a settings file (garbage, not a JSON object); or it is missing beside checkpoints.
     """
     path = os.path.join(model_dir, RUN_FILE)
     current = {k: _jsonable(settings[k]) for k in MODEL_SETTINGS if k in settings}
     if os.path.exists(path):
-        with open(path) as f:
-            recorded = json.load(f).get("model", {})
+        recorded = _recorded_settings(path)
         differ = [k for k in sorted(set(current) | set(recorded)) if current.get(k) != recorded.get(k)]
         if differ:
             what = ", ".join(f"--{k}={recorded.get(k)!r} there, {current.get(k)!r} now" for k in differ)
             raise CheckpointMismatchError(f"{model_dir} holds a run with other model settings ({what}); resume with "
                                           "its settings or use a new --model_dir")
         return
+    ckpt_dir = os.path.join(model_dir, "checkpoints")
+    if os.path.isdir(ckpt_dir) and any(n.startswith("ckpt-") for n in os.listdir(ckpt_dir)):
+        # Without the record, other settings whose variables have the same shapes (input statistics, method
+        # options, the conditioning set) would restore silently and the record be rewritten to match them.
+        raise CheckpointMismatchError(f"{path} is missing but {ckpt_dir} holds checkpoints: the settings they were "
+                                      "trained with cannot be checked; restore run.json, or use a new --model_dir")
     if write:
         os.makedirs(model_dir, exist_ok=True)
         tmp = path + ".tmp"
