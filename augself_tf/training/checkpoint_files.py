@@ -154,6 +154,7 @@ def save_verified(checkpoint: tf.train.Checkpoint, ckpt_dir: str, step: int, kee
     prefix = os.path.join(ckpt_dir, f"ckpt-{step}")
     os.makedirs(ckpt_dir, exist_ok=True)
     try:
+        checkpoint.save_counter.assign_add(1)  # stored as `save` would: `restore` expects every object bound
         checkpoint.write(prefix)
     except (tf.errors.OpError, OSError) as err:
         if chief:
