@@ -95,8 +95,7 @@ class TrainConfig:
     log_every: int = option(10, "TensorBoard scalars every N steps.", minimum=1)
     checkpoint_every: int = option(0, "Checkpoint every N steps (0: at the end of every epoch).", minimum=0)
     keep_checkpoints: int = option(3, "Checkpoints kept in model_dir/checkpoints.", minimum=1)
-    shuffle_buffer: int = option(10_000, "Images in tf.data's shuffle buffer (tfds sources; folder: and "
-                                               "shapes are fully permuted every epoch).", minimum=1)
+    shuffle_buffer: int = option(10_000, "Images in tf.data's shuffle buffer.", minimum=1)  # tfds only (pair_source)
     cache_source: bool | None = option(None, "Keep decoded images in memory (default: only for 'shapes').")
     export: bool = option(True, "Export the backbone as a SavedModel at the end.")
     monitor: str = option("auto", "Online transfer monitors (docs/monitors.md): 'auto' (kNN on the class label, "
