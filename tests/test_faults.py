@@ -278,3 +278,16 @@ def test_logged_lr_is_the_rate_of_the_step_that_logged_it():
     for step in range(2):
         logs = model.train_step(data)
         assert float(logs["lr"]) == pytest.approx(float(schedule(step)))
+
+
+def test_buffer_shuffled_sources_get_a_new_order_every_epoch():
+    """tfds sources go through a shuffle buffer; its seed used to be the same for every epoch (one order for all)."""
+    from augself_tf.augment import AugmentConfig
+
+    n = 64
+    source = tf.data.Dataset.range(n).map(lambda i: {"image": tf.zeros([8, 8, 3], tf.uint8), "label": i})
+    orders = [next(iter(make_pair_dataset(source, AugmentConfig(image_size=8), seed=0, batch_size=n, start_epoch=e,
+                                          num_epochs=e + 1, shuffle_buffer=n)))["label"].numpy() for e in (0, 1, 0)]
+    assert sorted(orders[0]) == list(range(n))
+    assert not np.array_equal(orders[0], orders[1])
+    np.testing.assert_array_equal(orders[0], orders[2])

@@ -33,6 +33,14 @@ def epoch_order(seed: int, epoch: tf.Tensor, n: int) -> tf.Tensor:
     return tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), seed=key)
 
 
+def buffer_seed(seed: int, epoch: tf.Tensor) -> tf.Tensor:
+    """The shuffle buffer's seed of epoch ``epoch`` (int64 scalar), drawn from the (seed, epoch) key. The key's
+    first entry alone, used before, is the same for every epoch: every epoch had the same order."""
+    key = tf.random.experimental.stateless_fold_in(tf.constant([seed, _SHUFFLE_SALT], tf.int64),
+                                                   tf.cast(epoch, tf.int64))
+    return tf.random.stateless_uniform([], key, minval=0, maxval=2**62, dtype=tf.int64)
+
+
 def _permuted(records: dict, decode, seed: int, epoch: tf.Tensor, shard: tuple[int, int] | None,
               parallel: dict) -> tf.data.Dataset:
     """(index, example) of every record in ``epoch_order``, this shard's every k-th of that order, decoded after
@@ -127,9 +135,7 @@ def make_pair_dataset(
             ds = _permuted(records, decode, seed, epoch, shard, {"num_parallel_calls": tf.data.AUTOTUNE,
                                                                  "deterministic": deterministic})
         else:
-            shuffle_seed = tf.random.experimental.stateless_fold_in(tf.constant([seed, _SHUFFLE_SALT], tf.int64),
-                                                                    epoch)[0]
-            ds = base.shuffle(shuffle_buffer, seed=shuffle_seed, reshuffle_each_iteration=False)
+            ds = base.shuffle(shuffle_buffer, seed=buffer_seed(seed, epoch), reshuffle_each_iteration=False)
         ds = ds.map(
             lambda i, ex: two_views(ex, example_seed(seed, epoch, i), config, photometric),
             num_parallel_calls=tf.data.AUTOTUNE,
