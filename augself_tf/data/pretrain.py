@@ -25,20 +25,21 @@ def example_seed(seed: int, epoch: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
     return tf.random.experimental.stateless_fold_in(s, tf.cast(index, tf.int64))
 
 
+def _order_key(seed: int, epoch: tf.Tensor) -> tf.Tensor:
+    return tf.random.experimental.stateless_fold_in(tf.constant([seed, _SHUFFLE_SALT], tf.int64),
+                                                   tf.cast(epoch, tf.int64))
+
+
 def epoch_order(seed: int, epoch: tf.Tensor, n: int) -> tf.Tensor:
     """Epoch ``epoch``'s order of ``n`` examples: a uniform random permutation of [0, n) (int64 [n]), a pure
     function of (seed, epoch), as the reference's fresh ``RandomSampler`` permutation every epoch."""
-    key = tf.random.experimental.stateless_fold_in(tf.constant([seed, _SHUFFLE_SALT], tf.int64),
-                                                   tf.cast(epoch, tf.int64))
-    return tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), seed=key)
+    return tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), seed=_order_key(seed, epoch))
 
 
 def buffer_seed(seed: int, epoch: tf.Tensor) -> tf.Tensor:
     """The shuffle buffer's seed of epoch ``epoch`` (int64 scalar), drawn from the (seed, epoch) key. The key's
-    first entry alone, used before, is the same for every epoch: every epoch had the same order."""
-    key = tf.random.experimental.stateless_fold_in(tf.constant([seed, _SHUFFLE_SALT], tf.int64),
-                                                   tf.cast(epoch, tf.int64))
-    return tf.random.stateless_uniform([], key, minval=0, maxval=2**62, dtype=tf.int64)
+    first entry alone, used before, is the same for every epoch (fold_in keeps it): one order for all epochs."""
+    return tf.random.stateless_uniform([], _order_key(seed, epoch), minval=0, maxval=2**62, dtype=tf.int64)
 
 
 def _permuted(records: dict, decode, seed: int, epoch: tf.Tensor, shard: tuple[int, int] | None,
