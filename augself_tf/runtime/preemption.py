@@ -12,12 +12,14 @@ Why not ``tf.distribute.experimental.PreemptionCheckpointHandler``: it saves thr
 ``CheckpointManager`` numbered by its own run counter (our resume derives the input position from the
 checkpoint's step and verifies each save), watches SIGTERM only (not Ctrl-C), and exits with its own code
 (42 outside Google Cloud) from inside ``run``, past our cleanup. The loop's own step boundary is the natural
-save point, and the handler here costs one attribute read per step.
+save point, and the handler here costs one attribute read per step. A second signal exits at once.
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from types import FrameType
 
@@ -44,8 +46,15 @@ class StopSignals:
         self._previous: dict[int, object] = {}
 
     def _record(self, signum: int, _frame: FrameType | None) -> None:
-        if self.signum is None:  # a second signal while saving changes nothing: the save is already coming
+        if self.signum is None:
             self.signum = signum
+            return
+        # A second signal (a hung step, an impatient Ctrl-C): stop now. A save cut short leaves only a
+        # ckpt-N_temp folder, removed at the next start; the last complete checkpoint is untouched.
+        sys.stderr.write(f"\nstopped at once by a second {signal.Signals(signum).name}; the same command resumes "
+                         "from the last saved checkpoint\n")
+        sys.stderr.flush()
+        os._exit(128 + signum)
 
     @property
     def name(self) -> str:
