@@ -15,14 +15,15 @@ writes back (``--augself=crop,color``).
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
 
 def option(default: Any, help: str | Callable[[], str], *, choices: tuple[str, ...] | None = None,  # noqa: A002
-           minimum: float | None = None, parse: Callable[[str | None], Any] | None = None,
-           text: Callable[[Any], str] | None = None) -> Any:
+           minimum: float | None = None, above: float | None = None, maximum: float | None = None,
+           parse: Callable[[str | None], Any] | None = None, text: Callable[[Any], str] | None = None) -> Any:
     """A dataclass field that is also a flag.
 
     Args:
@@ -31,9 +32,11 @@ def option(default: Any, help: str | Callable[[], str], *, choices: tuple[str, .
         what a registry holds at that time).
       choices: the allowed strings (an enum flag).
       minimum: the smallest allowed value (1: "must be positive"); None values are not checked.
+      above: a bound the value must exceed (0: a positive float); maximum: the largest allowed value.
       parse / text: the value from the flag's text and back, for a value written as one string flag.
     """
-    metadata = {"help": help, "choices": choices, "minimum": minimum, "parse": parse, "text": text}
+    metadata = {"help": help, "choices": choices, "minimum": minimum, "above": above, "maximum": maximum,
+                "parse": parse, "text": text}
     return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -115,11 +118,21 @@ def _parse_list(flag: str, default: tuple, items: list[str]) -> tuple:
 
 
 def check_minimum(flag: str, field: dataclasses.Field, value: Any) -> None:
-    """Raises ValueError when ``value`` is below the field's ``minimum`` (None values pass)."""
-    low = field.metadata.get("minimum")
-    if low is not None and value is not None and value < low:
+    """Raises ValueError when ``value`` is a NaN/Inf float, below the field's ``minimum``, not above its
+    ``above`` or beyond its ``maximum`` (None values pass)."""
+    if value is None:
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"--{flag} must be a finite number, got {value}")
+    low, above, high = (field.metadata.get(k) for k in ("minimum", "above", "maximum"))
+    if low is not None and value < low:
         wanted = "positive" if low == 1 else f">= {low}"
         raise ValueError(f"--{flag} must be {wanted}, got {value}")
+    if above is not None and value <= above:
+        wanted = "positive" if above == 0 else f"> {above}"
+        raise ValueError(f"--{flag} must be {wanted}, got {value}")
+    if high is not None and value > high:
+        raise ValueError(f"--{flag} must be at most {high}, got {value}")
 
 
 def values_from_flags(prefix: str, cls: type, flag_values: Any) -> dict[str, Any]:

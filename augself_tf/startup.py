@@ -57,4 +57,17 @@ def run_program(main, doc: str | None) -> None:
     main_module = sys.modules.get("__main__")
     if main_module is not None and not main_module.__doc__:
         main_module.__doc__ = doc
-    app.run(main)
+    app.run(main, flags_parser=parse_flags_or_exit_2)
+
+
+def parse_flags_or_exit_2(argv: list[str]) -> list[str]:
+    """absl's flag parsing, but a bad flag (unknown, misspelt, a value outside its choices) is one line on
+    stderr and exit status 2, as every other bad input; absl's own parser prints its usage and exits 1."""
+    from absl import flags
+
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as err:
+        message = " ".join(str(err).split())
+        sys.stderr.write(f"error: {message} (--helpshort lists the flags)\n")
+        sys.exit(2)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
-from absl import app, flags, logging  # noqa: E402
+from absl import flags, logging  # noqa: E402
 
 from augself_tf.startup import import_tensorflow_quietly, run_program  # noqa: E402
 
@@ -23,6 +23,11 @@ import_tensorflow_quietly()  # before anything imports TensorFlow: its start-up 
 from augself_tf.training.train_config import config_from_flags, define_train_flags  # noqa: E402
 
 FLAGS = flags.FLAGS
+#: Exit codes (README): 0 finished, EXIT_FAILED a run that could not go on (a checkpoint that cannot be written,
+#: no intact checkpoint, out of memory), EXIT_BAD_INPUT a bad flag, dataset or settings, or a diverged run;
+#: 128 + N stopped by signal N after saving (130 Ctrl-C, 143 SIGTERM).
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
 
 
 # Importing this module defines the program's flags on absl's global FLAGS (augself_tf.evaluate's share names
@@ -35,9 +40,14 @@ define_train_flags(FLAGS, PROGRAM)  # every setting's flag, generated from the f
 def main(argv: list[str]) -> int:
     """absl entry point (``app.run(main)``): train with the parsed flags; exit status 2 on bad input."""
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+        print(f"error: unexpected arguments: {' '.join(argv[1:])} (every setting is a --flag=value)", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # TF's INFO chatter would bury the progress bar
+    import tensorflow as tf
+
+    from augself_tf.runtime.preemption import Preempted
+    from augself_tf.training.checkpoint_files import CheckpointFileError
     from augself_tf.training.loop import NonFiniteLossError, train
     if FLAGS.deterministic:
         from augself_tf.runtime.determinism import restart_without_onednn
@@ -47,11 +57,21 @@ def main(argv: list[str]) -> int:
     try:
         cfg = config_from_flags(FLAGS)
         train(cfg)
+    except Preempted as stop:  # saved at a step boundary: not an error, but not a finished run either
+        print(f"\n{stop}", file=sys.stderr)
+        return stop.exit_code
     except (ValueError, FileNotFoundError, NonFiniteLossError) as err:
         if os.environ.get("AUGSELF_DEBUG"):
             raise
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+    except (CheckpointFileError, tf.errors.ResourceExhaustedError) as err:
+        if os.environ.get("AUGSELF_DEBUG"):
+            raise
+        if isinstance(err, tf.errors.ResourceExhaustedError):
+            err = f"out of memory ({err.message.splitlines()[0][:160]}); lower --batch_size or --image_size"
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
     return 0
 
 

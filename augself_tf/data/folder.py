@@ -41,6 +41,7 @@ import dataclasses
 import functools
 import os
 import zlib
+from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -113,10 +114,33 @@ def _unwrap(d: str) -> str:
 
 
 def _images_below(d: str) -> list[str]:
+    """Image files below ``d``, following symlinked folders but entering each real folder once: a link back up
+    the tree (a loop) would otherwise list every file again at each level, tens of times."""
     out = []
+    visited: set[str] = set()
     for dirpath, dirnames, filenames in os.walk(d, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in visited:
+            dirnames[:] = []
+            continue
+        visited.add(real)
         dirnames[:] = sorted(n for n in dirnames if not n.startswith("."))
         out.extend(os.path.join(dirpath, f) for f in sorted(filenames) if _is_image(f))
+    return out
+
+
+def _once_each(trees: dict[str, dict[str, list[str]]], top: str) -> dict[str, dict[str, list[str]]]:
+    """``trees`` with every file whose real path was already listed (in any split or class) dropped, so that a
+    linked file cannot sit in the train and the test split at once."""
+    seen: set[str] = set()
+    out: dict[str, dict[str, list[str]]] = {s: {} for s in trees}
+    for split in sorted(trees):
+        for c in sorted(trees[split]):
+            kept = [f for f in trees[split][c] if not (os.path.realpath(f) in seen or seen.add(os.path.realpath(f)))]
+            out[split].update({c: kept} if kept else {})
+    dropped = sum(len(f) for t in trees.values() for f in t.values()) - len(seen)
+    if dropped:
+        logging.warning("folder %s: %d file(s) reached twice through symbolic links were listed once", top, dropped)
     return out
 
 
@@ -168,6 +192,7 @@ def _scan(root: str) -> _Tree:
     else:
         trees = {"all": _class_tree(top)}
         note = f"class folders under {top}, no split folders: stratified 70/10/20 train/val/test partition"
+    trees = _once_each(trees, top)
     class_names = tuple(sorted({c for t in trees.values() for c in t}))
     if not class_names:
         raise ValueError(
@@ -333,36 +358,36 @@ def _decode(path: tf.Tensor) -> tf.Tensor:
     return img
 
 
-def load(path: str, split: str, *, data_dir: str | None = None) -> tf.data.Dataset:
-    """``tf.data.Dataset`` of ``{"image", "label"[, "bbox"]}`` for a split of ``folder:PATH``."""
+def records(path: str, split: str, *, data_dir: str | None = None) -> tuple[dict[str, np.ndarray], Callable]:
+    """A split of ``folder:PATH`` as cheap records (``{"path", "label"[, "box"]}`` arrays, one row per image) and
+    the function mapping one record to its example ``{"image", "label"[, "bbox"]}``: a pipeline permutes the
+    records (file names, not images) and decodes after (augself_tf.data.pretrain's full per-epoch shuffle)."""
     tree = _scan(_resolve(path, data_dir))
     files = _good_files(tree, split)
-    paths = [f for f, _ in files]
-    labels = np.array([lab for _, lab in files], np.int64)
+    paths = np.array([f for f, _ in files], object)
+    rows = {"path": paths, "label": np.array([lab for _, lab in files], np.int64)}
     if tree.boxes is None:
-        ds = tf.data.Dataset.from_tensor_slices((paths, labels))
-        return ds.map(lambda p, y: {"image": _decode(p), "label": y}, num_parallel_calls=tf.data.AUTOTUNE)
-
+        return rows, lambda r: {"image": _decode(r["path"]), "label": r["label"]}
     missing = [p for p in paths if os.path.normpath(p) not in tree.boxes]
     if missing:
-        _warn_once(
-            ("nobox", tree.root, split),
-            "folder:%s split %r: %d image(s) have no row in boxes.csv (bbox NaN): %s",
-            tree.root,
-            split,
-            len(missing),
-            ", ".join(os.path.relpath(p, tree.root) for p in missing[:_MAX_LISTED]),
-        )
+        _warn_once(("nobox", tree.root, split), "folder:%s split %r: %d image(s) have no row in boxes.csv (bbox "
+                   "NaN): %s", tree.root, split, len(missing),
+                   ", ".join(os.path.relpath(p, tree.root) for p in missing[:_MAX_LISTED]))
     nan = (np.nan,) * 4
-    raw = np.array([tree.boxes.get(os.path.normpath(p), nan) for p in paths], np.float32)
+    rows["box"] = np.array([tree.boxes.get(os.path.normpath(p), nan) for p in paths], np.float32).reshape(-1, 4)
 
-    def with_box(p: tf.Tensor, y: tf.Tensor, box: tf.Tensor) -> dict[str, tf.Tensor]:
-        img = _decode(p)
+    def with_box(r: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        img = _decode(r["path"])
         hw = tf.cast(tf.shape(img)[:2], tf.float32)
-        xmin, ymin, xmax, ymax = tf.unstack(box)
+        xmin, ymin, xmax, ymax = tf.unstack(r["box"])
         frac = tf.stack([ymin / hw[0], xmin / hw[1], (ymax + 1) / hw[0], (xmax + 1) / hw[1]])
         bbox = tf.where(tf.math.is_finite(frac), tf.clip_by_value(frac, 0.0, 1.0), frac)
-        return {"image": img, "label": y, "bbox": bbox}
+        return {"image": img, "label": r["label"], "bbox": bbox}
 
-    ds = tf.data.Dataset.from_tensor_slices((paths, labels, raw))
-    return ds.map(with_box, num_parallel_calls=tf.data.AUTOTUNE)
+    return rows, with_box
+
+
+def load(path: str, split: str, *, data_dir: str | None = None) -> tf.data.Dataset:
+    """``tf.data.Dataset`` of ``{"image", "label"[, "bbox"]}`` for a split of ``folder:PATH``."""
+    rows, decode = records(path, split, data_dir=data_dir)
+    return tf.data.Dataset.from_tensor_slices(rows).map(decode, num_parallel_calls=tf.data.AUTOTUNE)

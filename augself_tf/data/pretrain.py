@@ -8,6 +8,8 @@ stream at the resumed epoch and skips the batches already consumed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import tensorflow as tf
 
 from augself_tf.augment import PHOTOMETRIC_MODES, AugmentConfig
@@ -25,6 +27,35 @@ def example_seed(seed: int, epoch: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
     return tf.random.experimental.stateless_fold_in(s, tf.cast(index, tf.int64))
 
 
+def _order_key(seed: int, epoch: tf.Tensor) -> tf.Tensor:
+    return tf.random.experimental.stateless_fold_in(tf.constant([seed, _SHUFFLE_SALT], tf.int64),
+                                                   tf.cast(epoch, tf.int64))
+
+
+def epoch_order(seed: int, epoch: tf.Tensor, n: int) -> tf.Tensor:
+    """Epoch ``epoch``'s order of ``n`` examples: a uniform random permutation of [0, n) (int64 [n]), a pure
+    function of (seed, epoch), as the reference's fresh ``RandomSampler`` permutation every epoch."""
+    return tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), seed=_order_key(seed, epoch))
+
+
+def buffer_seed(seed: int, epoch: tf.Tensor) -> tf.Tensor:
+    """The shuffle buffer's seed of epoch ``epoch`` (int64 scalar), drawn from the (seed, epoch) key. The key's
+    first entry alone, used before, is the same for every epoch (fold_in keeps it): one order for all epochs."""
+    return tf.random.stateless_uniform([], _order_key(seed, epoch), minval=0, maxval=2**62, dtype=tf.int64)
+
+
+def _permuted(records: dict, decode, seed: int, epoch: tf.Tensor, shard: tuple[int, int] | None,
+              parallel: dict) -> tf.data.Dataset:
+    """(index, example) of every record in ``epoch_order``, this shard's every k-th of that order, decoded after
+    the permutation (records are file names or in-memory arrays, cheap to permute)."""
+    n = int(next(iter(records.values())).shape[0])
+    order = epoch_order(seed, epoch, n)
+    if shard is not None and shard[1] > 1:
+        order = order[shard[0]::shard[1]]
+    return tf.data.Dataset.from_tensor_slices(order).map(
+        lambda i: (i, decode({k: tf.gather(v, i) for k, v in records.items()})), **parallel)
+
+
 def two_views(example: dict, seed: tf.Tensor, config: AugmentConfig, photometric: str = "host",
               views: ViewPlan = TWO_VIEWS) -> dict:
     """Maps one source example to {view1, view2, omega1, omega2[, label]} from a seed [2] (and view3, omega3,
@@ -40,7 +71,7 @@ def two_views(example: dict, seed: tf.Tensor, config: AugmentConfig, photometric
 
 
 def make_pair_dataset(
-    source: tf.data.Dataset,
+    source: tf.data.Dataset | tuple[dict, Callable[[dict], dict]],
     config: AugmentConfig,
     *,
     seed: int,
@@ -59,7 +90,9 @@ def make_pair_dataset(
     """Batches of two (or ``views.num_views``) augmented views with their ω, epoch after epoch.
 
     Args:
-      source: dataset of {"image": uint8 [H,W,3], "label": ...} (see `augself_tf.data.sources`).
+      source: dataset of {"image": uint8 [H,W,3], "label": ...} (see `augself_tf.data.sources`), shuffled with
+        a ``shuffle_buffer`` of examples; or (records, decode): equal-length arrays (file names, in-memory
+        images) and the function making one record an example, fully permuted every epoch (`epoch_order`).
       config: augmentation settings.
       seed: global seed; with the epoch and the example index it fixes every view.
       batch_size: examples per batch (the per-replica batch under `distribute_datasets_from_function`).
@@ -81,6 +114,10 @@ def make_pair_dataset(
         raise ValueError(f"photometric must be one of {', '.join(PHOTOMETRIC_MODES)}, got {photometric!r}")
     if batches_per_epoch is not None and batches_per_epoch <= 0:
         raise ValueError(f"batches_per_epoch must be positive, got {batches_per_epoch}")
+    records, decode = (None, None) if isinstance(source, tf.data.Dataset) else source
+    if records is not None:
+        records = {k: tf.constant(v) for k, v in records.items()}
+        source = tf.data.Dataset.range(0)  # unused: the epochs read `records` in their own order
     # Enumerate before sharding so an example's index (and so its views) is global, not per worker.
     base = source.enumerate()
     if shard is not None and shard[1] > 1:
@@ -94,8 +131,11 @@ def make_pair_dataset(
         # The order must depend on (seed, epoch) alone: ignore a global seed the caller may have set (with
         # global seed 0, tf.data's seed handling would even compare this tensor seed to 0 in Python).
         tf.compat.v1.get_default_graph().seed = None  # this epoch function's own graph only
-        shuffle_seed = tf.random.experimental.stateless_fold_in(tf.constant([seed, _SHUFFLE_SALT], tf.int64), epoch)[0]
-        ds = base.shuffle(shuffle_buffer, seed=shuffle_seed, reshuffle_each_iteration=False)
+        if records is not None:
+            ds = _permuted(records, decode, seed, epoch, shard, {"num_parallel_calls": tf.data.AUTOTUNE,
+                                                                 "deterministic": deterministic})
+        else:
+            ds = base.shuffle(shuffle_buffer, seed=buffer_seed(seed, epoch), reshuffle_each_iteration=False)
         ds = ds.map(
             lambda i, ex: two_views(ex, example_seed(seed, epoch, i), config, photometric, views),
             num_parallel_calls=tf.data.AUTOTUNE,

@@ -325,7 +325,8 @@ class AugSelfModel(keras.Model):
             scaled = total / replicas
             scaled = self.optimizer.scale_loss(scaled)
         grads = tape.gradient(scaled, variables)
+        # The rate this step applies: read before `apply` advances the schedule's step counter.
+        logs["lr"] = tf.cast(self.optimizer.learning_rate, tf.float32)
         self.optimizer.apply(grads, variables)
         self.post_step(batch, forward)
-        logs["lr"] = tf.cast(self.optimizer.learning_rate, tf.float32)
         return logs

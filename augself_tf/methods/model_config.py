@@ -97,7 +97,7 @@ class ModelConfig:
     condition_depth: int = option(DEFAULT_DEPTH, "Linear layers of the --condition ω-embedding MLP (CASSLE: 6).",
                                   minimum=1)
     backbone: str = option("resnet18_cifar", "Backbone.", choices=BACKBONES)
-    width: float = option(0.125, "Channel multiplier of the backbone (1.0 = standard ResNet).")
+    width: float = option(0.125, "Channel multiplier of the backbone (1.0 = standard ResNet).", above=0)
     input_mean: str | None = option(None, "Per-channel mean R,G,B the backbone's first layer subtracts from [0, 1] "
                                           "pixels (default: the pretraining data's; STL10 0.43,0.42,0.39, else "
                                           "ImageNet's 0.485,0.456,0.406, as the paper's code).")

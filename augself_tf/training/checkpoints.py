@@ -142,19 +142,34 @@ def restore(checkpoint: tf.train.Checkpoint, path: str, state: Mapping[str, tf.V
     checkpoint.restore(path).assert_existing_objects_matched()
 
 
+def _recorded_settings(path: str) -> dict:
+    """The ``model`` settings recorded in run.json at ``path``; a file that is not that is one line naming it."""
+    try:
+        with open(path) as f:
+            recorded = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointMismatchError(f"{path} cannot be read as run settings ({err}); restore it from a copy, or "
+                                      "use a new --model_dir") from None
+    model = recorded.get("model") if isinstance(recorded, dict) else None
+    if not isinstance(model, dict):
+        raise CheckpointMismatchError(f"{path} is not a run settings file (expected {{\"model\": {{...}}}}, got "
+                                      f"{json.dumps(recorded)[:60]}); restore it from a copy, or use a new --model_dir")
+    return model
+
+
 def check_run_settings(model_dir: str, settings: Mapping, *, write: bool) -> None:
     """Compares `settings` (`ModelConfig.checked_settings`, JSON values) with ``model_dir/run.json``; writes the
     file (atomically) when it is absent, or adds the settings an older version did not record.
 
     Raises:
       CheckpointMismatchError: a model-defining setting differs from the one the run was started with; the
-        message names each one by its flag.
+        message names each one by its flag; the file is not a settings file (garbage, not a JSON object); or it
+        is missing beside checkpoints.
     """
     path = os.path.join(model_dir, RUN_FILE)
     current = dict(settings)
     if os.path.exists(path):
-        with open(path) as f:
-            recorded = json.load(f).get("model", {})
+        recorded = _recorded_settings(path)
         # A setting an older run.json does not hold was not checked then: it is recorded from now on. Unset
         # method options are not recorded, so every option either side holds is compared.
         opts_now, opts_then = current.get("method_options", {}), recorded.get("method_options", {})
@@ -169,6 +184,14 @@ def check_run_settings(model_dir: str, settings: Mapping, *, write: bool) -> Non
         if set(current) <= set(recorded) or not write:
             return
         current = {**current, **recorded}
+    else:
+        ckpt_dir = os.path.join(model_dir, "checkpoints")
+        if os.path.isdir(ckpt_dir) and any(n.startswith("ckpt-") for n in os.listdir(ckpt_dir)):
+            # Without the record, other settings whose variables have the same shapes (input statistics, method
+            # options, the conditioning set) would restore silently and the record be rewritten to match them.
+            raise CheckpointMismatchError(f"{path} is missing but {ckpt_dir} holds checkpoints: the settings they "
+                                          "were trained with cannot be checked; restore run.json, or use a new "
+                                          "--model_dir")
     if write:
         os.makedirs(model_dir, exist_ok=True)
         tmp = path + ".tmp"

@@ -14,6 +14,7 @@ import keras
 import tensorflow as tf
 
 from augself_tf.augment import PHOTOMETRIC_MODES, finish_views
+from augself_tf.data import folder
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source, source_info
 from augself_tf.export.saved_model import export_backbone
@@ -22,22 +23,23 @@ from augself_tf.methods import METHODS
 from augself_tf.methods.augself_model import AugSelfModel, PretrainData
 from augself_tf.progress import Progress
 from augself_tf.runtime.determinism import make_deterministic
+from augself_tf.runtime.preemption import Preempted, StopSignals
 from augself_tf.runtime.strategy import is_chief, make_strategy
 from augself_tf.training import summaries
+from augself_tf.training.checkpoint_files import LIMIT, clean_temp, intact_checkpoint, save_verified
 from augself_tf.training.checkpoints import (
     check_run_settings,
     make_checkpoint,
     restore,
     training_state,
 )
+from augself_tf.training.health import NonFiniteLossError, advice, make_state_check
 from augself_tf.training.hparams import write_run_hparams
 from augself_tf.training.monitors import build_monitors, plan_monitors
 from augself_tf.training.optim import build_optimizer
 from augself_tf.training.train_config import TrainConfig
 
-
-class NonFiniteLossError(RuntimeError):
-    """Raised when a step produced a NaN or Inf loss; the last good checkpoint is kept."""
+__all__ = ["NonFiniteLossError", "TrainConfig", "TrainResult", "build_model", "distributed_pairs", "train"]
 
 
 @dataclasses.dataclass
@@ -93,9 +95,8 @@ def distributed_pairs(
 
     def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
         local_replicas = ctx.num_replicas_in_sync // ctx.num_input_pipelines
-        source = load_source(cfg.dataset, cfg.split, data_dir=cfg.data_dir)
         return make_pair_dataset(
-            source,
+            pair_source(cfg, cache),
             cfg.augment,
             seed=cfg.seed,
             batch_size=ctx.get_per_replica_batch_size(cfg.batch_size),
@@ -111,6 +112,19 @@ def distributed_pairs(
 
     views = METHODS.get(cfg.model.method, AugSelfModel).view_plan(cfg.model.method_options)  # the method's declaration
     return strategy.distribute_datasets_from_function(dataset_fn)
+
+
+def pair_source(cfg: TrainConfig, cache: bool):
+    """What `make_pair_dataset` reads: for ``folder:`` sources their file records (a full permutation of the
+    file names every epoch, decoded after), for a cached source of one image size its examples held in memory
+    (the same), else the tf.data source itself (tfds: read in order, shuffled in a ``--shuffle_buffer``)."""
+    if cfg.dataset.startswith("folder:") and not cache:
+        return folder.records(cfg.dataset.split(":", 1)[1], cfg.split, data_dir=cfg.data_dir)
+    source = load_source(cfg.dataset, cfg.split, data_dir=cfg.data_dir)
+    if cache and all(spec.shape.is_fully_defined() for spec in tf.nest.flatten(source.element_spec)):
+        rows = source.batch(1 << 30).get_single_element()
+        return {k: v.numpy() for k, v in rows.items()}, lambda example: example
+    return source
 
 
 def resolve_photometric(mode: str) -> str:
@@ -161,8 +175,32 @@ def _log(cfg: TrainConfig, msg: str) -> None:
         print(msg, flush=True)
 
 
+def check_model_dir(model_dir: str) -> None:
+    """Creates ``model_dir`` and proves it writable; a file there or an unwritable place is one ValueError line."""
+    if os.path.exists(model_dir) and not os.path.isdir(model_dir):
+        raise ValueError(f"--model_dir {model_dir} is a file, not a directory; choose another --model_dir")
+    try:
+        os.makedirs(model_dir, exist_ok=True)
+        with tempfile.TemporaryFile(dir=model_dir):
+            pass
+    except OSError as err:
+        raise ValueError(f"--model_dir {model_dir} is not writable ({err.strerror or err}); choose another "
+                         "--model_dir") from None
+
+
 def train(cfg: TrainConfig) -> TrainResult:
-    """Runs (or resumes) one pretraining run and exports the backbone. Returns where outputs are."""
+    """Runs (or resumes) one pretraining run and exports the backbone. Returns where outputs are.
+
+    Raises:
+      Preempted: SIGTERM or SIGINT arrived; the step it interrupted was finished and saved.
+      NonFiniteLossError: the loss or the state diverged; nothing after the last good checkpoint was saved.
+      CheckpointFileError: a checkpoint could not be written, or files are there but none is intact.
+    """
+    with StopSignals() as stop:
+        return _train(cfg, stop)
+
+
+def _train(cfg: TrainConfig, stop: StopSignals) -> TrainResult:
     run_start = time.perf_counter()
     if cfg.deterministic:
         make_deterministic()
@@ -193,6 +231,8 @@ def train(cfg: TrainConfig) -> TrainResult:
 
     input_mean, input_std = cfg.model.input_statistics(info.mean, info.std)
     model_dir = os.path.abspath(cfg.model_dir)
+    if chief:
+        check_model_dir(model_dir)
     # Before anything is built: a resume with other model settings stops at once, naming the flags. The file
     # is written once the model is built, so that settings no model can be built from are never recorded.
     model_settings = cfg.model.checked_settings(input_mean, input_std)
@@ -210,10 +250,14 @@ def train(cfg: TrainConfig) -> TrainResult:
     with strategy.scope():
         state = training_state(model, optimizer)
         checkpoint = make_checkpoint(model, optimizer)
-    manager = tf.train.CheckpointManager(checkpoint, ckpt_dir, max_to_keep=cfg.keep_checkpoints)
     # Every worker resumes from the CHIEF's checkpoints (model_dir must be shared by all workers): a
     # non-chief's own scratch dir is new on every launch, and workers at different steps would deadlock.
-    latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
+    chief_ckpt_dir = os.path.join(model_dir, "checkpoints")
+    log = lambda msg: _log(cfg, msg)  # noqa: E731
+    if chief:
+        clean_temp(chief_ckpt_dir, log)
+    latest = intact_checkpoint(chief_ckpt_dir, log if chief else lambda _m: None, repair=chief)
+    last_saved = latest
     if latest:
         restore(checkpoint, latest, state)
         _log(cfg, f"Resumed from {latest}")
@@ -223,15 +267,25 @@ def train(cfg: TrainConfig) -> TrainResult:
 
     nonfinite_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_step")
     step_fn = make_distributed_step(strategy, model, cfg.jit_compile, nonfinite_step)
+    bad_variable = make_state_check(state)
+    what_to_do = advice(cfg.lr, cfg.batch_size, cfg.model.augself_weight)
 
-    def check_finite() -> None:
-        """Raises if any step so far had a NaN/Inf loss; called before every save, so saves are finite."""
+    def check_finite(step: int) -> None:
+        """Raises if any step so far had a NaN/Inf loss, or if a weight, BN statistic or buffer is NaN/Inf or
+        overflowing now; called at log steps and before every save, so every checkpoint is sound."""
         bad = int(nonfinite_step.numpy())
-        if bad:
+        where = None if bad else bad_variable()
+        if bad or where:
+            what = (f"loss became NaN or Inf at step {bad}" if bad else
+                    f"training diverged by step {step}: {where} holds NaN/Inf or values beyond {LIMIT:g}")
             raise NonFiniteLossError(
-                f"loss became NaN or Inf at step {bad}; stopped. The last good checkpoint in {ckpt_dir} is "
-                f"{manager.latest_checkpoint or '(none yet)'}; lower --lr or check the data."
+                f"{what}; stopped without saving. The last good checkpoint in {ckpt_dir} is "
+                f"{last_saved or '(none yet)'}; {what_to_do}."
             )
+
+    def save(step: int) -> str:
+        check_finite(step)
+        return save_verified(checkpoint, ckpt_dir, step, cfg.keep_checkpoints, chief=chief)
 
     writer = summaries.make_writer(tb_dir if chief else None)
     if writer is not None and step == 0:  # once per run: a resumed run is the same HParams session
@@ -261,7 +315,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         step += 1
         pairs_since += cfg.batch_size
         if step % cfg.log_every == 0 or step == total_steps:
-            check_finite()
+            check_finite(step)
             last_logs = {k: float(v) for k, v in logs.items()}
             dt = time.perf_counter() - t0
             last_logs["pairs_per_sec"] = pairs_since / max(dt, 1e-9)
@@ -272,8 +326,15 @@ def train(cfg: TrainConfig) -> TrainResult:
         else:
             progress.update(step)
         if step % every == 0 or step == total_steps:
-            check_finite()
-            manager.save(checkpoint_number=step)
+            last_saved = save(step)
+        if stop.signum is not None and step < total_steps:
+            if last_saved is None or not last_saved.endswith(f"-{step}"):
+                last_saved = save(step)
+            progress.close()
+            if writer is not None:
+                writer.flush()
+            raise Preempted(f"stopped by {stop.name} after step {step}/{total_steps}; saved {last_saved}; the same "
+                            f"command resumes from there", stop.signum)
         if monitors is not None and (step % monitor_every == 0 or step == total_steps):
             progress.close()  # ends a terminal bar's line; the bar resumes below the monitor line
             t0 += monitors.run(step, step / steps_per_epoch)["seconds"]  # not counted in pairs/s

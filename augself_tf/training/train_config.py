@@ -32,6 +32,9 @@ from augself_tf.training.knn import DEFAULT_K, DEFAULT_TEMPERATURE
 
 # What a run on the embedded data needs; the paper's 96 px (STL10) and 224 px (ImageNet100) are in flags/.
 CPU_IMAGE_SIZE = 32
+#: The largest --image_size a run accepts: 4.5x the paper's largest (224). Beyond it a batch of views does not
+#: fit any accelerator's memory (--image_size=100000 ended in an out-of-memory traceback).
+MAX_IMAGE_SIZE = 1024
 
 
 @dataclasses.dataclass
@@ -51,13 +54,15 @@ class TrainConfig:
     augment: AugmentConfig = dataclasses.field(default_factory=lambda: AugmentConfig(image_size=CPU_IMAGE_SIZE))
     batch_size: int = option(256, "GLOBAL batch size (split over replicas).", minimum=1)
     epochs: int = option(10, "Training epochs.", minimum=1)
-    max_steps: int | None = option(None, "Stop after this many steps in total (smoke runs, benchmarks).")
-    lr: float = option(0.03, "Base learning rate, scaled by batch/256.")
-    weight_decay: float = option(5e-4, "Coupled L2 coefficient (PyTorch SGD semantics).")
+    max_steps: int | None = option(None, "Stop after this many steps in total (smoke runs, benchmarks).",
+                                     minimum=0)
+    lr: float = option(0.03, "Base learning rate, scaled by batch/256.", above=0)
+    weight_decay: float = option(5e-4, "Coupled L2 coefficient (PyTorch SGD semantics).", minimum=0)
     seed: int = option(0, "Seed of initialisation, shuffling and every augmentation.")
     model_dir: str | None = option(None, "Output directory (default runs/<method>[_augself_<augs>]).")
     strategy: str = option("auto", "tf.distribute strategy.", choices=STRATEGIES)
-    cpu_replicas: int = option(1, "Split the CPU into N logical devices (runs the mirrored path without GPUs).")
+    cpu_replicas: int = option(1, "Split the CPU into N logical devices (runs the mirrored path without GPUs).",
+                               minimum=1)
     mixed_precision: str | None = option(None, "Mixed-precision compute dtype.", choices=("float16", "bfloat16"))
     jit_compile: bool = option(False, "XLA-compile the training step.")
     deterministic: bool = option(False, "Bit-identical reruns and resumes: op determinism, and on CPU one thread "
@@ -65,10 +70,10 @@ class TrainConfig:
     photometric: str = option("auto", "Where the photometric augmentations run: 'host' in tf.data, 'device' "
                                        "batched in the training step (uint8 transport); auto = device when a GPU "
                                        "or TPU is visible.", choices=("auto", *PHOTOMETRIC_MODES))
-    log_every: int = option(10, "TensorBoard scalars every N steps.")
-    checkpoint_every: int = option(0, "Checkpoint every N steps (0: at the end of every epoch).")
-    keep_checkpoints: int = option(3, "Checkpoints kept in model_dir/checkpoints.")
-    shuffle_buffer: int = option(10_000, "Images in tf.data's shuffle buffer.")
+    log_every: int = option(10, "TensorBoard scalars every N steps.", minimum=1)
+    checkpoint_every: int = option(0, "Checkpoint every N steps (0: at the end of every epoch).", minimum=0)
+    keep_checkpoints: int = option(3, "Checkpoints kept in model_dir/checkpoints.", minimum=1)
+    shuffle_buffer: int = option(10_000, "Images in tf.data's shuffle buffer.", minimum=1)  # tfds only (pair_source)
     cache_source: bool | None = option(None, "Keep decoded images in memory (default: only for 'shapes').")
     export: bool = option(True, "Export the backbone as a SavedModel at the end.")
     monitor: str = option("auto", "Online transfer monitors (docs/monitors.md): 'auto' (kNN on the class label, "
@@ -134,6 +139,9 @@ def config_from_flags(flag_values: Any) -> TrainConfig:
         for step in registry.PIPELINE if step.probability is not None
     }
     augment = AugmentConfig(**values_from_flags("", AugmentConfig, flag_values), probabilities=probabilities)
+    if augment.image_size > MAX_IMAGE_SIZE:
+        raise ValueError(f"--image_size must be at most {MAX_IMAGE_SIZE} pixels (the paper uses 96 and 224), "
+                         f"got {augment.image_size}")
     return TrainConfig(**values, model=model, augment=augment)
 
 

@@ -1,0 +1,293 @@
+"""Faults a long run meets, injected into tiny runs (issue 29): each ends in a resume that loses at most the steps
+since the last save, or in one clear line and a non-zero exit; none in exit 0 with a wrong result, none in a
+traceback. Every scenario runs `train_main.py` in its own process on a tiny MoCo + AugSelf model, except those
+that test a function's truth directly (the folder listing, the epoch order, the logged lr, the advice)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from helpers import batch, make_model
+
+from augself_tf.data import folder
+from augself_tf.data.pretrain import epoch_order, make_pair_dataset
+from augself_tf.training.checkpoint_files import LIMIT
+from augself_tf.training.health import advice
+from augself_tf.training.optim import build_optimizer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ("--method=moco", "--augself=crop,color", "--dataset=shapes", "--width=0.0625", "--image_size=16",
+        "--batch_size=16", "--queue_size=64", "--projector_hidden=32", "--projector_dim=16", "--monitor=none",
+        "--noexport", "--log_every=1")
+
+
+def _run(model_dir, *args, timeout: float = 600, **popen) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, os.path.join(ROOT, "train_main.py"), *TINY, f"--model_dir={model_dir}",
+                           *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}, **popen)
+
+
+def _error_line(proc: subprocess.CompletedProcess, code: int) -> str:
+    """The run's one error line, after checking the exit code and that no traceback was printed."""
+    assert proc.returncode == code, (proc.returncode, proc.stdout[-1500:], proc.stderr[-3000:])
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr[-3000:]
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    return lines[0]
+
+
+def _max_abs(prefix: str) -> float:
+    reader = tf.train.load_checkpoint(prefix)
+    values = [np.asarray(reader.get_tensor(k)) for k in reader.get_variable_to_shape_map()]
+    return max(float(np.abs(v.astype(np.float64)).max()) for v in values if v.dtype.kind == "f" and v.size)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> str:
+    """A 6-step run with checkpoints at steps 2, 4 and 6; scenarios damage copies of it."""
+    run = str(tmp_path_factory.mktemp("faults") / "run")
+    proc = _run(run, "--max_steps=6", "--checkpoint_every=2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run
+
+
+def _copy(trained: str, tmp_path) -> str:
+    out = str(tmp_path / "run")
+    shutil.copytree(trained, out)
+    return out
+
+
+def _bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+# 1. A missing index or state file must not restart the run at step 0 over the older checkpoints.
+@pytest.mark.parametrize("missing", ["ckpt-6.index", "checkpoint"])
+def test_missing_checkpoint_file_resumes_from_the_files_present(trained, tmp_path, missing):
+    run = _copy(trained, tmp_path)
+    ckpts = os.path.join(run, "checkpoints")
+    os.remove(os.path.join(ckpts, missing))
+    older = {n: _bytes(os.path.join(ckpts, n)) for n in ("ckpt-2.data-00000-of-00001", "ckpt-4.data-00000-of-00001")}
+    proc = _run(run, "--max_steps=4")  # the older code restarted at 0 and rewrote ckpt-2 and ckpt-4 here
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    resumed = "ckpt-4" if missing == "ckpt-6.index" else "ckpt-6"
+    assert f"Resumed from {os.path.join(ckpts, resumed)}" in proc.stdout
+    assert "pretrain  1/" not in proc.stdout  # no step was trained again
+    for name, content in older.items():
+        assert _bytes(os.path.join(ckpts, name)) == content
+    if missing == "ckpt-6.index":
+        assert "ckpt-6.index is missing" in proc.stdout
+        assert os.path.exists(os.path.join(ckpts, "ckpt-6.data-00000-of-00001.bad"))
+    assert tf.train.latest_checkpoint(ckpts).endswith(resumed)  # the state file names what is there
+
+
+# 4. A damaged newest checkpoint falls back to the older intact one, naming the bad file.
+@pytest.mark.parametrize("damage", ["truncate", "bitflip"])
+def test_damaged_newest_checkpoint_falls_back_to_the_older_intact_one(trained, tmp_path, damage):
+    run = _copy(trained, tmp_path)
+    data = os.path.join(run, "checkpoints", "ckpt-6.data-00000-of-00001")
+    content = bytearray(_bytes(data))
+    if damage == "truncate":
+        content = content[: len(content) // 2]
+    else:
+        content[len(content) // 2] ^= 0x10
+    with open(data, "wb") as f:
+        f.write(content)
+    os.makedirs(os.path.join(run, "checkpoints", "ckpt-8_temp"))  # what a kill -9 during a save leaves
+    proc = _run(run, "--max_steps=4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert f"Checkpoint {data[: -len('.data-00000-of-00001')]} is not usable" in proc.stdout, proc.stdout
+    assert f"Resumed from {os.path.join(run, 'checkpoints', 'ckpt-4')}" in proc.stdout
+    assert not os.path.exists(os.path.join(run, "checkpoints", "ckpt-8_temp"))
+
+
+def test_no_intact_checkpoint_is_one_line_not_a_fresh_start(trained, tmp_path):
+    run = _copy(trained, tmp_path)
+    for step in (2, 4, 6):
+        os.remove(os.path.join(run, "checkpoints", f"ckpt-{step}.index"))
+    line = _error_line(_run(run, "--max_steps=4"), 1)
+    assert "no intact checkpoint" in line and "ckpt-6" in line and "ckpt-2" in line
+
+
+# 2 and 3. Divergence with a finite loss is caught from the weights and BN statistics; no checkpoint written
+# from such a state, and the "last good checkpoint" named really is sound.
+@pytest.mark.parametrize("lr", ["1e6", "1e30"])
+def test_divergence_stops_without_saving_a_diverged_state(tmp_path, lr):
+    run = str(tmp_path / "run")
+    line = _error_line(_run(run, f"--lr={lr}", "--max_steps=6", "--checkpoint_every=1"), 2)
+    assert "diverged" in line or "NaN" in line
+    assert "--lr" in line and "--augself_weight" not in line
+    ckpts = os.path.join(run, "checkpoints")
+    saved = sorted(n[:-6] for n in os.listdir(ckpts) if n.endswith(".index")) if os.path.isdir(ckpts) else []
+    assert len(saved) < 6  # it stopped
+    for name in saved:
+        assert _max_abs(os.path.join(ckpts, name)) <= LIMIT, name
+    named = line.split("last good checkpoint in ")[1].split(" is ")[1].split(";")[0]
+    assert named == (os.path.join(ckpts, saved[-1]) if saved else "(none yet)")
+
+
+# 4. A full disk: one line, and the partial ckpt-N_temp is removed (a file-size limit stands in for the disk).
+def test_full_disk_is_one_line_and_leaves_no_partial_checkpoint(tmp_path):
+    run = str(tmp_path / "run")
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG, as ENOSPC does
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))  # the data file is 5.4 MB
+
+    line = _error_line(_run(run, "--max_steps=2", "--checkpoint_every=1", preexec_fn=small_files), 1)
+    assert "could not write checkpoint" in line and "ckpt-1" in line
+    assert os.listdir(os.path.join(run, "checkpoints")) == []
+
+
+# 5. SIGTERM / SIGINT: finish the step, save it, one line saying where to resume, exit 128 + signal.
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_saves_at_the_next_step_and_says_where_to_resume(tmp_path, sig):
+    run = str(tmp_path / "run")
+    log = tmp_path / "log"
+    with open(log, "w") as out, open(tmp_path / "err", "w") as err:
+        proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train_main.py"), *TINY, f"--model_dir={run}",
+                                 "--max_steps=200", "--checkpoint_every=1000"], cwd=ROOT, stdout=out, stderr=err,
+                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"})
+        deadline = time.time() + 300
+        # A log file gets a progress line every few steps: the first one means the loop is running.
+        while "pretrain " not in log.read_text() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        code = proc.wait(timeout=300)
+    stderr = (tmp_path / "err").read_text()
+    assert code == 128 + sig, stderr[-3000:]
+    assert "Traceback" not in stderr
+    last = [x for x in stderr.splitlines() if x.strip()][-1]
+    assert last.startswith(f"stopped by {signal.Signals(sig).name} after step ")
+    step = int(last.split("after step ")[1].split("/")[0])
+    saved = os.path.join(run, "checkpoints", f"ckpt-{step}")
+    assert 0 < step < 200 and f"saved {saved};" in last and "resumes" in last
+    assert tf.train.latest_checkpoint(os.path.join(run, "checkpoints")) == saved
+    reader = tf.train.load_checkpoint(saved)
+    assert int(reader.get_tensor("state/optimizer/torch_sgd/iteration/.ATTRIBUTES/VARIABLE_VALUE".replace(
+        "optimizer/torch_sgd/iteration", "optimizer.Storch_sgd.Siteration"))) == step
+
+
+# 6. A symlink loop in a folder tree lists each file once, so no train image is also a test image.
+def test_folder_symlink_loop_lists_every_file_once(tmp_path):
+    root = tmp_path / "tree"
+    for c in ("cat", "dog"):
+        os.makedirs(root / c)
+        src = f"/work/shared/data/cifar10-mini/train/{c}"
+        for name in sorted(os.listdir(src))[:10]:
+            shutil.copy(os.path.join(src, name), root / c / name)
+        os.symlink("..", root / c / "loop")  # cat/loop -> tree: cat/loop/cat/loop/... and cat/loop/dog
+    listed = [p for split in ("train", "val", "test") for p, _ in folder.files(str(root), split)]
+    real = [os.path.realpath(p) for p in listed]
+    assert len(real) == len(set(real)) == 20
+
+
+# 7. run.json guard gaps: one line naming the file.
+@pytest.mark.parametrize(("content", "expected"), [
+    (None, "run.json is missing"),
+    ("[1, 2, 3]", "is not a run settings file"),
+    ("not json", "cannot be read as run settings"),
+])
+def test_run_json_problems_are_one_line_naming_the_file(trained, tmp_path, content, expected):
+    run = _copy(trained, tmp_path)
+    path = os.path.join(run, "run.json")
+    os.remove(path)
+    if content is not None:
+        with open(path, "w") as f:
+            f.write(content)
+    line = _error_line(_run(run, "--max_steps=4", "--width=0.125"), 2)
+    assert path in line and expected in line
+    if content is None:
+        assert not os.path.exists(path)  # not rewritten to match other settings
+
+
+# 8. Every bad flag: exit 2 and one line.
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--method=MoCo"], "--method=MoCo"),
+    (["--no_such_flag=1"], "no_such_flag"),
+    (["--lr=-1"], "--lr must be positive"),
+    (["--lr=nan"], "--lr must be a finite number"),
+    (["--augself_weight=inf"], "--augself_weight must be a finite number"),
+    (["--image_size=100000"], "--image_size must be at most"),
+    (["--model_dir=FILE"], "is a file"),
+    (["--model_dir=/proc/augself_run"], "is not writable"),
+])
+def test_bad_flag_exits_2_with_one_line(tmp_path, args, expected):
+    (tmp_path / "FILE").write_text("x")
+    args = [a.replace("FILE", str(tmp_path / "FILE")) for a in args]
+    model_dir = str(tmp_path / "run")
+    cmd = [sys.executable, os.path.join(ROOT, "train_main.py"), *TINY, f"--model_dir={model_dir}", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    line = _error_line(proc, 2)
+    assert expected in line, line
+
+
+def test_divergence_advice_names_the_flag_that_caused_it():
+    assert "--lr" in advice(1e30, 256, 1.0) and "--augself_weight" not in advice(1e30, 256, 1.0)
+    assert "--augself_weight" in advice(0.03, 256, 1e30) and "--lr" not in advice(0.03, 256, 1e30)
+    assert "--lr" in advice(0.03, 256, 1.0)  # nothing out of range: the learning rate is the usual cause
+
+
+# 9. A full permutation of the data every epoch, a function of (seed, epoch): resume stays exact.
+def _epoch_indices(source, epoch: int, n: int, seed: int = 0) -> np.ndarray:
+    rows, _ = source
+    fake = ({**rows, "i": np.arange(n)}, lambda r: {"image": tf.zeros([8, 8, 3], tf.uint8), "label": r["i"]})
+    from augself_tf.augment import AugmentConfig
+
+    ds = make_pair_dataset(fake, AugmentConfig(image_size=8), seed=seed, batch_size=n, start_epoch=epoch,
+                           num_epochs=epoch + 1, shuffle_buffer=4)
+    return next(iter(ds))["label"].numpy()
+
+
+def test_folder_epochs_are_full_permutations_uncorrelated_and_replayable():
+    rows, decode = folder.records("/work/shared/data/flowers17", "train")
+    n = 200
+    rows = {k: v[:n] for k, v in rows.items()}  # the records of the first 200 files: a few seconds per epoch
+    e0, e1, again = (_epoch_indices((rows, decode), e, n) for e in (0, 1, 0))
+    assert sorted(e0) == list(range(n)) and sorted(e1) == list(range(n))  # every image exactly once
+    np.testing.assert_array_equal(e0, again)  # a function of (seed, epoch)
+    np.testing.assert_array_equal(e0, epoch_order(0, tf.constant(0, tf.int64), n).numpy())
+    # With a 4-image buffer the old stream kept each image within a few places of its source position in
+    # every epoch (correlation > 0.99); a fresh permutation is uncorrelated with the last.
+    position = lambda order: np.argsort(order)  # noqa: E731
+    assert abs(np.corrcoef(position(e0), position(e1))[0, 1]) < 0.2
+    assert abs(np.corrcoef(np.arange(n), position(e0))[0, 1]) < 0.2
+
+
+# 10. The lr logged at step s is the rate step s applied.
+def test_logged_lr_is_the_rate_of_the_step_that_logged_it():
+    model = make_model("simsiam", augself=())
+    optimizer = build_optimizer(1.0, 256, total_steps=2)
+    model.compile(optimizer=optimizer)
+    optimizer.build(model.optimized_variables())
+    data = batch(n=4, size=8)
+    schedule = keras.optimizers.schedules.CosineDecay(1.0, decay_steps=2)
+    for step in range(2):
+        logs = model.train_step(data)
+        assert float(logs["lr"]) == pytest.approx(float(schedule(step)))
+
+
+def test_buffer_shuffled_sources_get_a_new_order_every_epoch():
+    """tfds sources go through a shuffle buffer; its seed used to be the same for every epoch (one order for all)."""
+    from augself_tf.augment import AugmentConfig
+
+    n = 64
+    source = tf.data.Dataset.range(n).map(lambda i: {"image": tf.zeros([8, 8, 3], tf.uint8), "label": i})
+    orders = [next(iter(make_pair_dataset(source, AugmentConfig(image_size=8), seed=0, batch_size=n, start_epoch=e,
+                                          num_epochs=e + 1, shuffle_buffer=n)))["label"].numpy() for e in (0, 1, 0)]
+    assert sorted(orders[0]) == list(range(n))
+    assert not np.array_equal(orders[0], orders[1])
+    np.testing.assert_array_equal(orders[0], orders[2])
