@@ -53,22 +53,23 @@ def _digest(tree) -> str:
     return h.hexdigest()
 
 
-# Computed with the two-view pipeline before view plans existed (commit 2bbfa3a: two_views drew view 1 and 2
-# from stateless_split(seed, 2) by augment_view / augment_view_for_device): shapes 'test', seed 3, epoch 1,
-# batches 1 and 2 of 4. "finished" = finish_views of the device batch. Same TF 2.21 CPU kernels assumed.
+# Computed with the two-view pipeline before view plans existed (two_views drew view 1 and 2 from
+# stateless_split(seed, 2) by augment_view / augment_view_for_device), with issue 29's per-epoch order (branch
+# i29: commit 2bbfa3a + the order fix, which changed the order of every epoch on purpose): shapes 'test', seed 3,
+# epoch 1, batches 1 and 2 of 4. "finished" = finish_views of the device batch. Same TF 2.21 CPU kernels assumed.
 PINNED = {
-    ("default", "host"): ["d629fa7602c80df1b67ded41b420b24123ced65f4b94d952de64af0f87923226",
-                          "31f5ac114aab80e34a505dea15d774f3c6900c07e18f8cd69bb196085ad01eb3"],
-    ("default", "device"): ["df8a5ac78e84dffa17ee29ae765c6c626370d83e0ef75142409cb2de7cad4201",
-                            "aefcea000cbdccbdf656d883753861e73f0fa468bae984f23ed597038c41f4db"],
-    ("default", "finished"): ["5f2f4c66241d5a1f0095e8294c0c0099a5c112975817eb0b4058b4762de0b3c5",
-                              "1632cb1bdf8017f89d789bb81e019b6c713030af416485bff1ae045cac97284b"],
-    ("all_on", "host"): ["1da320e12ccb104c4da998ed3fe4c2577c63f4311be0ab25895aa202434171b3",
-                         "1c5a4151e472c79fe00b9ce7f7a54d998ca0c37d2a4b026c2854c0edd6125466"],
-    ("all_on", "device"): ["6f12b3cc6e7d058680b8a7696c562ff575100fd2d989bf0b7a386e100b557891",
-                           "1e2d5037d07ee7f07722a1ecc39543919b8a65cef7b23191de0143d5dc648356"],
-    ("all_on", "finished"): ["e5b7d18da339b0d7522104e0d54b7cf32b9e9d048bbe133cafc2f63a9a018fa8",
-                             "95abb284ebbac9059ce856c520e181d0029536a8df1e2a0e124870872cb5d6e7"],
+    ("default", "host"): ["449e0133c4eeb14fa2ba459ac952fbfe6ae41f7e928e365915b84d847ef6882a",
+                          "ada40b2f0ed2f6e1b767005428ec7f6ae3b39bc3d880dd8fc27ebe9093814eb9"],
+    ("default", "device"): ["35df8b64ded0d2c9ab8dc58e1ff5a0cf0036e490892f65f7f37fef847ce32a3f",
+                            "faaf228e885c30b5b6e038ea624df45945060b9703d3645d714a6f7a653e7538"],
+    ("default", "finished"): ["49695de8a2fad113021bbde7dfea35cfacff860f6d11cac8b3d8d2cc8ceec6c9",
+                              "d2e657cc5e199ea3ee9d6d77620e570eda6e2c72a7c17dbbd64d4d2fc46f890f"],
+    ("all_on", "host"): ["5db6c832eb9a2385170d6669d7146adecc8a464c965b4136f0a931faaf4f1783",
+                         "9caf3f4a493189943fa74516981373d4e0b69d9bf1a0cdabbbd80e40743d712b"],
+    ("all_on", "device"): ["805a8bc9f403002ac966f5bf5dcaaedeb7379fefa65eb07ff8c30cdf8894f960",
+                           "b8b56dcc1b0c3182e6536488763f5f9b31a470a866ee801aef94e23ca48095b4"],
+    ("all_on", "finished"): ["9031162ef495716b0baa16993f332a5855b7a8b226b3051372a80fcb8ecef437",
+                             "db227377c7209a7109e559c3cb5e69ac4b32f3a73eac832b1d57df7ba4d59b6b"],
 }
 CONFIGS = {"default": AugmentConfig(image_size=16), "all_on": AugmentConfig(image_size=24, probabilities=ALL_ON)}
 
