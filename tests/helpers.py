@@ -67,16 +67,20 @@ def omega(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     }
 
 
-def batch(seed: int = 0, n: int = 8, size: int = S) -> dict:
-    """Random views, ω and labels of ``n`` examples at ``size`` px."""
+def batch(seed: int = 0, n: int = 8, size: int = S, views: int = 2) -> dict:
+    """Random views, ω and labels of ``n`` examples at ``size`` px (``views`` views each: view1, view2, ...)."""
     rng = np.random.default_rng(seed)
-    return {
+    out = {
         "view1": rng.uniform(0, 1, [n, size, size, 3]).astype("float32"),
         "view2": rng.uniform(0, 1, [n, size, size, 3]).astype("float32"),
         "omega1": omega(rng, n),
         "omega2": omega(rng, n),
         "label": rng.integers(0, 3, [n]).astype("int64"),
     }
+    for j in range(3, views + 1):  # drawn after the first two, so two-view batches stay what they were
+        out[f"view{j}"] = rng.uniform(0, 1, [n, size, size, 3]).astype("float32")
+        out[f"omega{j}"] = omega(rng, n)
+    return out
 
 
 def half(tree, i: int):
