@@ -117,7 +117,7 @@ def paper_cell(row: Row, column: tuple[str, str]) -> str:
         return cell if isinstance(cell, tuple) else (cell, None)  # type: ignore[return-value]
 
     value, std = split(paper_results.LOOC[row.paper][index])
-    text = f"{value:g}" + (f" ± {std:g}" if std is not None else "")
+    text = f"{value:.1f}" + (f" ± {std:.1f}" if std is not None else "")
     if row.paper_base:
         text += f" ({value - split(paper_results.LOOC[row.paper_base][index])[0]:+.1f})"
     return text
@@ -271,7 +271,9 @@ def render(entries: Sequence[dict], arms: Sequence[ledger.Arm], picture_link: st
            "when within both sides' seed spread (judged only with ≥ 2 seeds on each side). LooC++ rows are the "
            "LooC runs evaluated on `--signature=looc_plus_features`. N: views per image; s/step: the rows' measured "
            "training seconds per step (LooC++: the same runs). The paper's figures are ImageNet-100 ResNet-50 runs "
-           "(its brackets: Δ to its own baseline, LooC's MoCo* figure for LooC); compare directions and gaps. "
+           "(its brackets: Δ to its own baseline; the MoCo v2 row is the AugSelf authors' run, LooC's rows are "
+           "LooC's figures with their Δ to LooC's own MoCo*: 81.0, 67.9 ± 0.5, 77.3 ± 0.1); compare directions "
+           "and gaps, not levels. "
            "The paper's CUB200 column has no counterpart here.", ""]
     out += tables(entries, arms) + [""]
     if picture_link:
