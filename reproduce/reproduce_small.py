@@ -69,7 +69,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.out = os.path.abspath(args.out or os.path.join(ROOT, "runs", out))
         args.ledger = args.ledger or os.path.join(args.out, "ledger")
         args.results_md = args.results_md or os.path.join(args.out, "results.md")
-        args.curves = args.curves or os.path.join(args.out, picture)
+        args.curves = args.curves or os.path.join(args.out, "omega_probe.png" if looc else "curves.png")
         docs = os.path.join(ROOT, "docs") + os.sep
         for path in (args.ledger, args.results_md, args.curves):
             if os.path.abspath(path).startswith(docs):
