@@ -82,7 +82,9 @@ class Arm:
     """One pretraining run and its evaluations.
 
     ``augself`` and ``condition`` are comma lists of ω names or ``none``; ``train_flags`` are further
-    train_main flags that change the result (queue size, monitor cadence), as (name, value) pairs.
+    train_main flags that change the result (queue size, monitor cadence, LooC's left-out set), as (name, value)
+    pairs. ``suite`` names the arm set the arm belongs to ("" = issue 20's; "looc" = issue 33's): it is in the
+    settings (and so the id) only when not empty, and each suite's report reads only its own entries.
     """
 
     data: str
@@ -93,11 +95,15 @@ class Arm:
     budget: Budget
     evals: tuple[EvalCall, ...]
     train_flags: tuple[tuple[str, str], ...] = ()
+    suite: str = ""
 
     @property
     def variant(self) -> str:
-        """``base``, ``augself``, ``cond``, ``augself+cond`` (with the set when it is not crop,color)."""
+        """``base``, ``augself``, ``cond``, ``augself+cond`` (with the set when it is not crop,color); for LooC
+        its left-out set (``color_rotation``), with ``+augself`` when AugSelf is on too."""
         parts = []
+        if self.method == "looc":
+            parts.append(dict(self.train_flags).get("looc_augmentations", "default").replace(",", "_"))
         for label, value in (("augself", self.augself), ("cond", self.condition)):
             if value != "none":
                 parts.append(label if value == DEFAULT_SET else f"{label}_{value.replace(',', '_')}")
@@ -121,7 +127,7 @@ class Arm:
             "budget": dataclasses.asdict(self.budget),
             "train_flags": dict(self.train_flags),
             "evals": [dataclasses.asdict(e) | {"flags": list(e.flags)} for e in self.evals],
-        }
+        } | ({"suite": self.suite} if self.suite else {})
 
     @property
     def id(self) -> str:
@@ -629,20 +635,20 @@ def plot_curves(entries: Sequence[dict], path: str) -> str | None:
     return path
 
 
-def replace_block(text: str, block: str) -> str:
+def replace_block(text: str, block: str, begin: str = BEGIN, end: str = END) -> str:
     """``text`` with the part between the markers replaced by ``block`` (markers appended if absent)."""
-    if BEGIN not in text or END not in text:
-        text = text.rstrip("\n") + f"\n\n{BEGIN}\n{END}\n"
-    head, rest = text.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    return f"{head}{BEGIN}\n{block}\n{END}{tail}"
+    if begin not in text or end not in text:
+        text = text.rstrip("\n") + f"\n\n{begin}\n{end}\n"
+    head, rest = text.split(begin, 1)
+    tail = rest.split(end, 1)[1]
+    return f"{head}{begin}\n{block}\n{end}{tail}"
 
 
-def current_block(text: str) -> str | None:
+def current_block(text: str, begin: str = BEGIN, end: str = END) -> str | None:
     """The generated block of a document, or None without markers."""
-    if BEGIN not in text or END not in text:
+    if begin not in text or end not in text:
         return None
-    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
+    return text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
 
 
 def curves_link(entries: Sequence[dict], results_md: str, curves_png: str) -> str | None:
@@ -653,10 +659,15 @@ def curves_link(entries: Sequence[dict], results_md: str, curves_png: str) -> st
         os.sep, "/")
 
 
+def suite_entries(entries: Iterable[dict], suite: str = "") -> list[dict]:
+    """The entries of one arm set (settings ``suite``, absent = issue 20's): each suite's report reads its own."""
+    return [e for e in entries if e["settings"].get("suite", "") == suite]
+
+
 def report_block(ledger_dir: str, arms: Sequence[Arm], results_md: str, curves_png: str,
                  command: str = COMMAND) -> str:
     """The block ``--report_only`` writes into ``results_md``, from the ledger alone (no picture drawn)."""
-    entries = load_entries(ledger_dir)
+    entries = suite_entries(load_entries(ledger_dir))
     done = {e["arm"] for e in entries}
     label = os.path.relpath(os.path.abspath(ledger_dir), ROOT).replace(os.sep, "/") + "/"
     return render_block(entries, [a for a in arms if a.id not in done],
@@ -666,7 +677,7 @@ def report_block(ledger_dir: str, arms: Sequence[Arm], results_md: str, curves_p
 def write_report(ledger_dir: str, arms: Sequence[Arm], results_md: str, curves_png: str,
                  command: str = COMMAND) -> str:
     """Regenerates the curve picture and the block of ``results_md`` from the ledger; returns the block."""
-    plot_curves(load_entries(ledger_dir), curves_png)
+    plot_curves(suite_entries(load_entries(ledger_dir)), curves_png)
     block = report_block(ledger_dir, arms, results_md, curves_png, command)
     text = open(results_md).read() if os.path.exists(results_md) else ""
     new = replace_block(text, block)

@@ -37,6 +37,10 @@ STARTUP_SECONDS = 60.0  # a train_main process's start, data reading, tracing an
 MONITOR_OVERHEAD = 1.05  # a probe runs without monitors; they cost about 5% of a run (docs/monitors.md)
 PROBE_STEPS = 25
 EVAL_GUESS_SECONDS = 90.0  # per eval_main call, when nothing like it has been measured yet
+# LooC's step against MoCo v2's at N views per image, before any LooC arm is in the ledger: the middles of the
+# measured 1.22-1.26x (N = 3) and 1.42-1.51x (N = 4) of docs/benchmarks.md §6 (the input pipeline's extra
+# views not included there).
+LOOC_STEP_RATIO = {3: 1.24, 4: 1.47}
 
 
 @dataclasses.dataclass
@@ -430,10 +434,15 @@ def measured_rate(arm: Arm, state: dict, entries: Sequence[dict], machine: dict)
     settings = arm.settings()
     alike = [e for e in entries if _same_speed(e["settings"], settings) and e["training"].get("seconds_per_step")]
     here = (machine["cpu"], machine["cores"])
+    method, scale, scaled = arm.method, 1.0, ""
+    views = 2 + len(dict(arm.train_flags).get("looc_augmentations", "color").split(","))
+    if method == "looc" and views in LOOC_STEP_RATIO and not any(e["settings"]["method"] == "looc" for e in alike):
+        method, scale = "moco", LOOC_STEP_RATIO[views]  # no LooC measured yet: MoCo's step × the benchmark's ratio
+        scaled = f", × {scale} for LooC's N = {views} (docs/benchmarks.md §6)"
     tiers = [
-        ("same method, this CPU", lambda e: e["settings"]["method"] == arm.method
+        ("same method, this CPU", lambda e: e["settings"]["method"] == method
          and (e["machine"]["cpu"], e["machine"]["cores"]) == here),
-        ("same method", lambda e: e["settings"]["method"] == arm.method),
+        ("same method", lambda e: e["settings"]["method"] == method),
         ("any method, this CPU", lambda e: (e["machine"]["cpu"], e["machine"]["cores"]) == here),
         ("any method", lambda e: True),
     ]
@@ -441,8 +450,12 @@ def measured_rate(arm: Arm, state: dict, entries: Sequence[dict], machine: dict)
         picked = [e["training"]["seconds_per_step"] for e in alike if keep(e)]
         if picked:
             noun = "entry" if len(picked) == 1 else "entries"
-            return statistics.median(picked), f"median of {len(picked)} ledger {noun} ({label})"
+            label = label.replace("same method", f"{METHOD_LABEL.get(method, method)}") if scaled else label
+            return scale * statistics.median(picked), f"median of {len(picked)} ledger {noun} ({label}){scaled}"
     return None
+
+
+METHOD_LABEL = {"moco": "MoCo v2"}
 
 
 def known_steps_per_epoch(arm: Arm, ctx: Context, state: dict, entries: Sequence[dict]) -> int | None:
@@ -457,8 +470,10 @@ def known_steps_per_epoch(arm: Arm, ctx: Context, state: dict, entries: Sequence
 
 def probe_key(arm: Arm, machine: dict) -> str:
     b = arm.budget
-    return (f"{arm.data}|{arm.method}|{arm.augself}|{arm.condition}|{b.backbone}|{b.width}|{b.image_size}|"
-            f"{b.batch_size}|{machine['cpu']}|{machine['cores']}")
+    key = (f"{arm.data}|{arm.method}|{arm.augself}|{arm.condition}|{b.backbone}|{b.width}|{b.image_size}|"
+           f"{b.batch_size}|{machine['cpu']}|{machine['cores']}")
+    looc = dict(arm.train_flags).get("looc_augmentations")  # LooC's N views per image set its step's cost
+    return key + (f"|looc={looc}" if looc else "")
 
 
 def probe(arm: Arm, ctx: Context) -> tuple[float, int]:

@@ -6,6 +6,7 @@
     python reproduce/reproduce_small.py --list            # the arms, what is done, what is left
     python reproduce/reproduce_small.py --report_only     # table, curves and docs/results.md from the ledger
     python reproduce/reproduce_small.py --quick           # smoke version of the whole pipeline (CI)
+    python reproduce/reproduce_small.py --suite=looc      # issue 33's arms: the paper's LooC table (same flags apply)
 
 An arm is one pretraining run (data, method, AugSelf set, conditioning set, seed, budget) and its
 evaluations with eval_main.py. Each finished arm writes reproduce/ledger/<arm id>.json (its settings,
@@ -13,6 +14,9 @@ commit, machine, wall times, evaluation records and monitor curves; no weights);
 the same settings are not run again. Run directories live under runs/reproduce_small/<arm id> (not
 committed): an interrupted arm resumes from its checkpoint when the command runs again. The arms, the
 ledger schema and the report are in reproduce/ledger.py; running them in reproduce/ledger_runner.py.
+Two arm sets (``--suite``): ``main``, issue 20's (reproduce/ledger.py), and ``looc``, the paper's LooC
+comparison of issue 33 (arms in reproduce/looc_arms.py, report in reproduce/looc_report.py); each suite's
+report reads only its own entries and writes its own block of docs/results.md.
 ``python -m reproduce.reproduce_small`` from the repository root is the same command.
 """
 
@@ -24,16 +28,21 @@ import signal
 import sys
 
 if __package__:  # python -m reproduce.reproduce_small, or imported as reproduce.reproduce_small (tests)
-    from reproduce import ledger, ledger_runner
+    from reproduce import ledger, ledger_runner, looc_arms, looc_report
 else:  # python reproduce/reproduce_small.py: Python put reproduce/ first on sys.path
     import ledger
     import ledger_runner
+    import looc_arms
+    import looc_report
 
 ROOT = ledger.ROOT
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", choices=("main", "looc"), default="main",
+                   help="arm set: main (issue 20: SimSiam/MoCo ± AugSelf, CASSLE) or looc (issue 33: the paper's LooC "
+                        "table); each has its own report block and picture")
     p.add_argument("--arms", default=None, help="comma-separated globs on arm names or ids (default: all)")
     p.add_argument("--time_budget", type=float, default=None, metavar="MINUTES",
                    help="start no arm that its measured seconds per step say would not finish in time")
@@ -47,15 +56,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default=None, help="run directories (default runs/reproduce_small[_quick])")
     p.add_argument("--ledger", default=None, help="ledger directory (default reproduce/ledger; --quick: OUT/ledger)")
     p.add_argument("--results_md", default=None, help="document with the generated block (default docs/results.md)")
-    p.add_argument("--curves", default=None, help="curve picture (default docs/img/reproduce_small_curves.png)")
+    p.add_argument("--curves", default=None,
+                   help="the suite's picture (main: monitor curves, default docs/img/reproduce_small_curves.png; "
+                        "looc: omega_probe heat map, default docs/img/looc_omega_probe.png)")
     p.add_argument("--epochs", type=int, default=None, help="tiny-imagenet budget's epochs (new arms; default 120)")
     p.add_argument("--width", type=float, default=None, help="tiny-imagenet budget's width (new arms; default 0.25)")
     args = p.parse_args(argv)
+    looc = args.suite == "looc"
+    picture = "looc_omega_probe.png" if looc else "reproduce_small_curves.png"
     if args.quick:
-        args.out = os.path.abspath(args.out or os.path.join(ROOT, "runs", "reproduce_small_quick"))
+        out = "reproduce_small_looc_quick" if looc else "reproduce_small_quick"
+        args.out = os.path.abspath(args.out or os.path.join(ROOT, "runs", out))
         args.ledger = args.ledger or os.path.join(args.out, "ledger")
         args.results_md = args.results_md or os.path.join(args.out, "results.md")
-        args.curves = args.curves or os.path.join(args.out, "curves.png")
+        args.curves = args.curves or os.path.join(args.out, "omega_probe.png" if looc else "curves.png")
         docs = os.path.join(ROOT, "docs") + os.sep
         for path in (args.ledger, args.results_md, args.curves):
             if os.path.abspath(path).startswith(docs):
@@ -64,7 +78,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.out = os.path.abspath(args.out or os.path.join(ROOT, "runs", "reproduce_small"))
         args.ledger = args.ledger or os.path.join(ROOT, "reproduce", "ledger")
         args.results_md = args.results_md or os.path.join(ROOT, "docs", "results.md")
-        args.curves = args.curves or os.path.join(ROOT, "docs", "img", "reproduce_small_curves.png")
+        args.curves = args.curves or os.path.join(ROOT, "docs", "img", picture)
     return args
 
 
@@ -75,10 +89,15 @@ def _terminate(signum, frame):  # noqa: ARG001
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    arms = ledger.quick_arms() if args.quick else ledger.default_arms(args.epochs, args.width)
-    command = ledger.COMMAND + (" --quick" if args.quick else "")
+    if args.suite == "looc":
+        arms = looc_arms.quick_looc_arms() if args.quick else looc_arms.looc_table_arms(args.epochs, args.width)
+        command, write_report = looc_report.COMMAND, looc_report.write_report
+    else:
+        arms = ledger.quick_arms() if args.quick else ledger.default_arms(args.epochs, args.width)
+        command, write_report = ledger.COMMAND, ledger.write_report
+    command += " --quick" if args.quick else ""
     if args.report_only:
-        block = ledger.write_report(args.ledger, arms, args.results_md, args.curves, command)
+        block = write_report(args.ledger, arms, args.results_md, args.curves, command)
         print(block)
         print(f"\nwrote {args.results_md}" + (f" and {args.curves}" if "![" in block else ""))
         return 0
@@ -107,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx.log(f"finished: {len(result['done'])} arm(s) done, {len(result['skipped'])} skipped, "
             f"{len(result['failed'])} failed" + (f" ({', '.join(result['failed'])})" if result["failed"] else ""))
     if not args.no_report:
-        ledger.write_report(args.ledger, arms, args.results_md, args.curves, command)
+        write_report(args.ledger, arms, args.results_md, args.curves, command)
         ctx.log(f"regenerated {args.results_md} from {args.ledger}")
     return 1 if result["failed"] else 0
 
