@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import batch, make_model
+from program_runs import run_program
 
 from augself_tf.data import folder
 from augself_tf.data.pretrain import epoch_order, make_pair_dataset
@@ -195,26 +196,13 @@ def test_folder_symlink_loop_lists_every_file_once(tmp_path):
 
 
 # 7. run.json guard gaps: one line naming the file.
-@pytest.mark.parametrize(("content", "expected"), [
+RUN_JSON_CASES = [
     (None, "run.json is missing"),
     ("[1, 2, 3]", "is not a run settings file"),
     ("not json", "cannot be read as run settings"),
-])
-def test_run_json_problems_are_one_line_naming_the_file(trained, tmp_path, content, expected):
-    run = _copy(trained, tmp_path)
-    path = os.path.join(run, "run.json")
-    os.remove(path)
-    if content is not None:
-        with open(path, "w") as f:
-            f.write(content)
-    line = _error_line(_run(run, "--max_steps=4", "--width=0.125"), 2)
-    assert path in line and expected in line
-    if content is None:
-        assert not os.path.exists(path)  # not rewritten to match other settings
-
-
+]
 # 8. Every bad flag: exit 2 and one line.
-@pytest.mark.parametrize(("args", "expected"), [
+BAD_FLAG_CASES = [
     (["--method=MoCo"], "--method=MoCo"),
     (["--no_such_flag=1"], "no_such_flag"),
     (["--lr=-1"], "--lr must be positive"),
@@ -223,15 +211,47 @@ def test_run_json_problems_are_one_line_naming_the_file(trained, tmp_path, conte
     (["--image_size=100000"], "--image_size must be at most"),
     (["--model_dir=FILE"], "is a file"),
     (["--model_dir=/proc/augself_run"], "is not writable"),
-])
-def test_bad_flag_exits_2_with_one_line(tmp_path, args, expected):
-    (tmp_path / "FILE").write_text("x")
-    args = [a.replace("FILE", str(tmp_path / "FILE")) for a in args]
-    model_dir = str(tmp_path / "run")
-    cmd = [sys.executable, os.path.join(ROOT, "train_main.py"), *TINY, f"--model_dir={model_dir}", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+]
+
+
+@pytest.fixture(scope="module")
+def one_line_runs(trained, tmp_path_factory) -> dict:
+    """train_main.py on every run.json and bad-flag case, each its own process forked after one import of the
+    program (tests/program_runs.py): {(kind, i): (CompletedProcess, run.json path or None)}."""
+    tmp = tmp_path_factory.mktemp("one_line")
+    (tmp / "FILE").write_text("x")
+    cases, paths = {}, {}
+    for i, (content, _) in enumerate(RUN_JSON_CASES):
+        run = str(tmp / f"json{i}")
+        shutil.copytree(trained, run)
+        path = paths[("json", i)] = os.path.join(run, "run.json")
+        os.remove(path)
+        if content is not None:
+            with open(path, "w") as f:
+                f.write(content)
+        cases[("json", i)] = [*TINY, f"--model_dir={run}", "--max_steps=4", "--width=0.125"]
+    for i, (args, _) in enumerate(BAD_FLAG_CASES):
+        args = [a.replace("FILE", str(tmp / "FILE")) for a in args]
+        cases[("flag", i)] = [*TINY, f"--model_dir={tmp / f'run{i}'}", *args]
+    procs = run_program(os.path.join(ROOT, "train_main.py"), list(cases.values()), cwd=ROOT,
+                        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"})
+    return {key: (proc, paths.get(key)) for key, proc in zip(cases, procs, strict=True)}
+
+
+@pytest.mark.parametrize("case", range(len(RUN_JSON_CASES)))
+def test_run_json_problems_are_one_line_naming_the_file(one_line_runs, case):
+    content, expected = RUN_JSON_CASES[case]
+    proc, path = one_line_runs[("json", case)]
     line = _error_line(proc, 2)
+    assert path in line and expected in line
+    if content is None:
+        assert not os.path.exists(path)  # not rewritten to match other settings
+
+
+@pytest.mark.parametrize("case", range(len(BAD_FLAG_CASES)))
+def test_bad_flag_exits_2_with_one_line(one_line_runs, case):
+    _args, expected = BAD_FLAG_CASES[case]
+    line = _error_line(one_line_runs[("flag", case)][0], 2)
     assert expected in line, line
 
 
