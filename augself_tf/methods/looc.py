@@ -27,7 +27,7 @@ from augself_tf.augment.views import ViewPlan, check_copyable, leave_one_out, vi
 from augself_tf.flag_fields import option
 from augself_tf.losses.looc_nce import looc_nce
 from augself_tf.methods.augself_model import Forward, PretrainData
-from augself_tf.methods.moco import default_queue_size
+from augself_tf.methods.moco import MoCo, default_queue_size
 from augself_tf.methods.momentum import MomentumMethod
 from augself_tf.models.resnet import mlp
 
@@ -88,12 +88,7 @@ class LooC(MomentumMethod):
     momentum_prefix = "key"  # the key encoder, as MoCo's
 
     @dataclasses.dataclass(frozen=True)
-    class Options:
-        projector_hidden: int = option(512, "Projector hidden size")
-        projector_dim: int = option(128, "Projector output size")
-        temperature: float = option(0.2, "Softmax temperature of the loss")
-        key_momentum: float = option(0.999, "MoCo key-encoder EMA momentum")
-        queue_size: int = option(65536, "MoCo queue length (keys)")
+    class Options(MoCo.Options):  # MoCo v2's, one head and one queue of them per space
         looc_augmentations: str = option(DEFAULT_AUGMENTATIONS, "LooC: comma-separated augmentations left out, one "
                                          "embedding space and one extra key view each (color, rotation, ...)")
 
