@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import glob
+import os
 
 import keras
 import numpy as np
@@ -195,3 +197,22 @@ def tiny_run(model_dir: str, **overrides) -> TrainConfig:
         monitor="none",  # tests/test_monitors.py turns them on
     )
     return replace_config(base, **overrides)
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: The real images of ../shared/data (tests may read them; the project never needs them): shared/ sits beside
+#: the checkout (CI's clone and the work tree); /work/shared is where it lives here.
+DATA = next((d for d in (os.path.join(ROOT, "..", "shared", "data"), "/work/shared/data") if os.path.isdir(d)),
+            os.path.join(ROOT, "..", "shared", "data"))
+
+
+def real_images(tiny: tuple[int, int], cifar: tuple[int, int]) -> list[tf.Tensor]:
+    """Square real images, decoded: every ``tiny[0]``-th Tiny-ImageNet JPEG (64 px, some grayscale) up to
+    ``tiny[1]`` of them, then every ``cifar[0]``-th CIFAR-10 JPEG (32 px) up to ``cifar[1]``."""
+    found = []
+    for pattern, (every, count) in ((("tiny-imagenet-mini", "images", "*", "*.JPEG"), tiny),
+                                    (("cifar10-mini", "train", "*", "*.jpg"), cifar)):
+        files = sorted(glob.glob(os.path.join(DATA, *pattern)))[::every][:count]
+        assert len(files) == count, f"real images not found under {DATA}"
+        found += files
+    return [tf.io.decode_image(tf.io.read_file(f), expand_animations=False) for f in found]

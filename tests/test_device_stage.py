@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import glob
 import itertools
-import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import make_config
+from helpers import make_config, real_images
 
 from augself_tf.augment import AugmentConfig, augment_view, augment_view_for_device, finish_views, ops, registry
 from augself_tf.augment.steps import DEVICE, HOST, Augmentation, Descriptor, Measurement, Probability, tanh_mse
@@ -21,23 +19,11 @@ from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source
 from augself_tf.training.loop import train
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# shared/ sits beside the checkout (CI's clone and the work tree); /work/shared is where it lives here.
-DATA = next((d for d in (os.path.join(ROOT, "..", "shared", "data"), "/work/shared/data") if os.path.isdir(d)),
-            os.path.join(ROOT, "..", "shared", "data"))
 ON = dict(flip_prob=1.0, jitter_prob=1.0, gray_prob=0.0, blur_prob=1.0, rotation_prob=1.0, solarize_prob=1.0)
 OFF = dict(flip_prob=0.0, jitter_prob=0.0, gray_prob=0.0, blur_prob=0.0)
 
 
-def _real_images() -> list[tf.Tensor]:
-    """Tiny-ImageNet (64 px, some grayscale JPEGs) and CIFAR-10 (32 px) images from shared/data."""
-    tiny = sorted(glob.glob(os.path.join(DATA, "tiny-imagenet-mini", "images", "*", "*.JPEG")))[::97][:16]
-    cifar = sorted(glob.glob(os.path.join(DATA, "cifar10-mini", "train", "*", "*.jpg")))[::211][:8]
-    assert len(tiny) == 16 and len(cifar) == 8, f"real images not found under {DATA}"
-    return [tf.io.decode_image(tf.io.read_file(f), expand_animations=False) for f in tiny + cifar]
-
-
-IMAGES = _real_images()
+IMAGES = real_images(tiny=(97, 16), cifar=(211, 8))
 
 
 def _stack(items: list) -> dict:

@@ -3,13 +3,12 @@ draws a view copies from another, tested as truth on real images in host and dev
 
 from __future__ import annotations
 
-import glob
 import hashlib
-import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import real_images
 
 from augself_tf.augment import (
     TWO_VIEWS,
@@ -25,9 +24,6 @@ from augself_tf.augment.steps import Step
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = next((d for d in (os.path.join(ROOT, "..", "shared", "data"), "/work/shared/data") if os.path.isdir(d)),
-            os.path.join(ROOT, "..", "shared", "data"))
 ALL_ON = dict(flip_prob=0.5, jitter_prob=0.8, gray_prob=0.2, blur_prob=0.5, rotation_prob=0.5, solarize_prob=0.5)
 # Every augmentation but colour off; the crop is the whole (square) image.
 ONLY_COLOR = dict(flip_prob=0.0, jitter_prob=1.0, gray_prob=0.0, blur_prob=0.0, rotation_prob=0.0, solarize_prob=0.0)
@@ -88,15 +84,7 @@ def test_two_view_batches_are_byte_identical_to_the_pipeline_before_view_plans(c
     assert got == {k: v for k, v in PINNED.items() if k[0] == config_name}
 
 
-def _images() -> list[tf.Tensor]:
-    """Real square images: Tiny-ImageNet (64 px, some grayscale JPEGs) and CIFAR-10 (32 px)."""
-    tiny = sorted(glob.glob(os.path.join(DATA, "tiny-imagenet-mini", "images", "*", "*.JPEG")))[::131][:8]
-    cifar = sorted(glob.glob(os.path.join(DATA, "cifar10-mini", "train", "*", "*.jpg")))[::307][:4]
-    assert len(tiny) == 8 and len(cifar) == 4, f"real images not found under {DATA}"
-    return [tf.io.decode_image(tf.io.read_file(f), expand_animations=False) for f in tiny + cifar]
-
-
-IMAGES = _images()
+IMAGES = real_images(tiny=(131, 8), cifar=(307, 4))
 
 
 def _views(config: AugmentConfig, plan: ViewPlan, photometric: str = "host", salt: int = 5) -> list[dict]:
