@@ -71,6 +71,12 @@ class EvalCall:
     image_size: int
     flags: tuple[str, ...] = ()
 
+    @property
+    def key(self) -> str:
+        """``<name>-<8 hex digits of the call's hash>``: where a run directory keeps the call's output, so a call
+        whose flags change is redone while the others (and the training) are kept."""
+        return f"{self.name}-{settings_hash(dataclasses.asdict(self) | {'flags': list(self.flags)})}"
+
     def args(self, data_dir: str) -> list[str]:
         """eval_main arguments except --saved_model and --output."""
         return [f"--protocol={self.protocols}", f"--dataset={dataset_spec(self.dataset, data_dir)}",
@@ -131,8 +137,16 @@ class Arm:
 
     @property
     def id(self) -> str:
-        """``<name>-<8 hex digits of the settings' hash>``: the file name of its ledger entry and run dir."""
+        """``<name>-<8 hex digits of the settings' hash>``: the file name of its ledger entry."""
         return f"{self.name}-{settings_hash(self.settings())}"
+
+    @property
+    def train_id(self) -> str:
+        """``<name>-<8 hex digits of the training settings' hash>``: its run directory. The evaluations and the
+        suite are left out, so arms that train alike share one training, and a changed evaluation list
+        re-evaluates a trained arm instead of training it again."""
+        train = {k: v for k, v in self.settings().items() if k not in ("evals", "suite")}
+        return f"{self.name}-t{settings_hash(train)}"
 
     def train_args(self, data_dir: str, model_dir: str) -> list[str]:
         """train_main arguments (``--condition`` only when conditioning is on, so older code still runs)."""

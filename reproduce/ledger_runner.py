@@ -57,7 +57,13 @@ class Context:
     log: Callable[[str], None] = lambda msg: print(f"[reproduce] {msg}", flush=True)
 
     def run_dir(self, arm: Arm) -> str:
-        return os.path.join(self.out_dir, arm.id)
+        """``<out>/<arm.train_id>``; a directory named by the arm's full id (before runs were keyed by their
+        training) is renamed to it, so its training is kept."""
+        path = os.path.join(self.out_dir, arm.train_id)
+        legacy = os.path.join(self.out_dir, arm.id)
+        if not os.path.exists(path) and os.path.isdir(legacy):
+            os.rename(legacy, path)
+        return path
 
     def replacements(self, arm: Arm) -> dict[str, str]:
         """Machine paths and their placeholders in ledger entries."""
@@ -127,11 +133,15 @@ def total_steps(arm: Arm, steps_per_epoch: int) -> int:
 
 
 def load_state(run_dir: str) -> dict:
+    """The run directory's record of sessions and evaluation calls (``evals`` keyed by :attr:`EvalCall.key`;
+    calls recorded under a bare name by older runs are dropped, to be redone)."""
     try:
         with open(os.path.join(run_dir, "state.json")) as f:
-            return json.load(f)
+            state = json.load(f)
     except (OSError, json.JSONDecodeError):
         return {"sessions": [], "evals": {}, "trained": False}
+    state["evals"] = {k: v for k, v in state.get("evals", {}).items() if "key" in v}
+    return state
 
 
 def save_state(run_dir: str, state: dict) -> None:
@@ -310,9 +320,9 @@ def evaluate(arm: Arm, ctx: Context, state: dict) -> bool:
     """The arm's eval_main calls not done yet, one output file each. True when all have finished."""
     run = ctx.run_dir(arm)
     for call in arm.evals:
-        if call.name in state["evals"]:
+        if call.key in state["evals"]:
             continue
-        out = os.path.join(run, "eval", call.name)
+        out = os.path.join(run, "eval", call.key)
         shutil.rmtree(out, ignore_errors=True)  # a call interrupted halfway is redone whole
         os.makedirs(out)
         cmd = [ctx.python, "eval_main.py", f"--saved_model={os.path.join(run, 'saved_model')}",
@@ -324,7 +334,7 @@ def evaluate(arm: Arm, ctx: Context, state: dict) -> bool:
         if status != 0:
             ctx.log(f"{arm.name}: eval_main {call.name} failed (exit {status}); see {os.path.join(run, 'log.txt')}")
             return False
-        state["evals"][call.name] = {"seconds": round(time.monotonic() - t0, 1), "command": cmd}
+        state["evals"][call.key] = {"key": call.key, "seconds": round(time.monotonic() - t0, 1), "command": cmd}
         save_state(run, state)
     return True
 
@@ -335,7 +345,7 @@ def make_entry(arm: Arm, ctx: Context, state: dict) -> dict:
     repl = ctx.replacements(arm)
     records = []
     for call in arm.evals:
-        with open(os.path.join(run, "eval", call.name, "results.json")) as f:
+        with open(os.path.join(run, "eval", call.key, "results.json")) as f:
             records += [ledger.clean_record(r, call.name, repl) for r in json.load(f)]
     sessions = [{k: v for k, v in s.items() if k != "started"} for s in state["sessions"]]
     steps = sum(max(0, s["steps"][1] - s["steps"][0]) for s in sessions)
@@ -363,9 +373,10 @@ def make_entry(arm: Arm, ctx: Context, state: dict) -> dict:
             "sessions": sessions,
         },
         "evaluation": {
-            "seconds": round(sum(c["seconds"] for c in state["evals"].values()), 1),
-            "calls": {name: {"seconds": c["seconds"], "command": ledger.portable(c["command"], repl)}
-                      for name, c in state["evals"].items()},
+            "seconds": round(sum(state["evals"][c.key]["seconds"] for c in arm.evals), 1),
+            "calls": {c.name: {"seconds": state["evals"][c.key]["seconds"],
+                               "command": ledger.portable(state["evals"][c.key]["command"], repl)}
+                      for c in arm.evals},
         },
         "records": records,
         "monitors": monitors,
@@ -542,7 +553,7 @@ def estimate(arm: Arm, ctx: Context, entries: Sequence[dict], allow_probe: bool)
         why.append(f"{left} steps × {rate:.3g} s/step from {source}")
     guessed = 0
     for call in arm.evals:
-        if call.name in state["evals"]:
+        if call.key in state["evals"]:
             continue
         spec = dataclasses.asdict(call) | {"flags": list(call.flags)}
         seen = [e["evaluation"]["calls"][call.name]["seconds"] for e in entries
@@ -552,7 +563,7 @@ def estimate(arm: Arm, ctx: Context, entries: Sequence[dict], allow_probe: bool)
         else:
             seconds += EVAL_GUESS_SECONDS
             guessed += 1
-    left_calls = sum(call.name not in state["evals"] for call in arm.evals)
+    left_calls = sum(call.key not in state["evals"] for call in arm.evals)
     if left_calls:
         why.append(f"{left_calls} evaluation call(s)" + (f", {guessed} of them guessed at "
                                                          f"{EVAL_GUESS_SECONDS / 60:.1f} min each" if guessed else ""))
@@ -570,7 +581,8 @@ def status_line(arm: Arm, ctx: Context) -> str:
     run = ctx.run_dir(arm)
     state = load_state(run)
     if state["trained"]:
-        return f"trained; {len(state['evals'])}/{len(arm.evals)} evaluation calls done"
+        done = sum(call.key in state["evals"] for call in arm.evals)
+        return f"trained; {done}/{len(arm.evals)} evaluation calls done"
     step = checkpoint_step(run)
     if step:
         spe = state.get("steps_per_epoch")

@@ -11,8 +11,9 @@
 An arm is one pretraining run (data, method, AugSelf set, conditioning set, seed, budget) and its
 evaluations with eval_main.py. Each finished arm writes reproduce/ledger/<arm id>.json (its settings,
 commit, machine, wall times, evaluation records and monitor curves; no weights); arms with an entry for
-the same settings are not run again. Run directories live under runs/reproduce_small/<arm id> (not
-committed): an interrupted arm resumes from its checkpoint when the command runs again. The arms, the
+the same settings are not run again. Run directories live under runs/reproduce_small/<name>-t<hash of the
+training settings> (not committed): an interrupted arm resumes from its checkpoint when the command runs
+again, and an arm whose evaluations changed keeps its training and redoes only the changed calls. The arms, the
 ledger schema and the report are in reproduce/ledger.py; running them in reproduce/ledger_runner.py.
 Two arm sets (``--suite``): ``main``, issue 20's (reproduce/ledger.py), and ``looc``, the paper's LooC
 comparison of issue 33 (arms in reproduce/looc_arms.py, report in reproduce/looc_report.py); each suite's

@@ -334,6 +334,55 @@ def test_a_killed_command_stops_the_run_a_failed_one_does_not(tmp_path, ending):
         assert state["sessions"][-1]["exit_status"] < 0 and not state["trained"]
 
 
+FAKE_MAIN = """#!{python}
+# A stand-in for train_main.py / eval_main.py: notes each call, writes what the runner reads back.
+import json, os, sys
+script, args = sys.argv[1], dict(a[2:].split("=", 1) for a in sys.argv[2:] if "=" in a)
+with open(os.environ["FAKE_CALLS"], "a") as f:
+    f.write(os.path.basename(script) + " " + args.get("protocol", "") + "\\n")
+if script == "train_main.py":
+    ckpt = os.path.join(args["model_dir"], "checkpoints")
+    os.makedirs(ckpt, exist_ok=True)
+    with open(os.path.join(ckpt, "checkpoint"), "w") as f:
+        f.write('model_checkpoint_path: "ckpt-10"\\n')
+    print("  global batch 128 on 1 replica(s), 5 steps/epoch, 10 steps, lr 0.03")
+else:
+    record = {{"model": "m", "protocol": args["protocol"], "dataset": "d", "metric": "top1_%", "value": 1.0,
+              "ci95": None, "n_train": 1, "n_test": 1, "settings": {{}}, "seconds": 1.0}}
+    with open(args["output"], "w") as f:
+        json.dump([record], f)
+"""
+
+
+def test_a_changed_evaluation_reevaluates_without_training_again(tmp_path, monkeypatch):
+    """The run directory is keyed by the training settings and each call's output by the call's own flags: an
+    arm whose evaluation list changes (new id, new entry) keeps its training and redoes only the changed call;
+    a run directory named by an older full id is taken over."""
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_MAIN.format(python=sys.executable))
+    fake.chmod(0o755)
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("FAKE_CALLS", str(calls))
+    logs: list[str] = []
+    ctx = _ctx(tmp_path, logs)
+    ctx.python, ctx.poll_seconds = str(fake), 0.05
+    first = dataclasses.replace(arm_of("simsiam", "none", 0), evals=(
+        ledger.EvalCall("a", "linear", "flowers17", 64), ledger.EvalCall("b", "colorperm", "flowers17", 64)))
+    os.makedirs(os.path.join(ctx.out_dir, first.id))  # where runs lived before: the full id
+    assert ledger_runner.run_arms([first], ctx)["done"] == [first.name]
+    assert os.path.isdir(ctx.run_dir(first)) and not os.path.exists(os.path.join(ctx.out_dir, first.id))
+    assert calls.read_text().split("\n")[:-1] == ["train_main.py ", "eval_main.py linear", "eval_main.py colorperm"]
+    changed = dataclasses.replace(first, evals=(first.evals[0], dataclasses.replace(first.evals[1], flags=("--x=1",))))
+    assert changed.id != first.id and changed.train_id == first.train_id
+    assert dataclasses.replace(first, suite="other").train_id == first.train_id  # suites share a training
+    assert ledger_runner.run_arms([changed], ctx)["done"] == [changed.name]
+    assert calls.read_text().split("\n")[3:-1] == ["eval_main.py colorperm"]
+    entry_ = json.load(open(ledger.entry_path(ctx.ledger_dir, changed)))
+    assert entry_["settings"] == changed.settings() and set(entry_["evaluation"]["calls"]) == {"a", "b"}
+    assert "--x=1" in entry_["evaluation"]["calls"]["b"]["command"]
+    assert {r["call"] for r in entry_["records"]} == {"a", "b"}
+
+
 # ----------------------------------------------------------------------------------------------------
 # The command
 
