@@ -1,6 +1,7 @@
 """``omega_probe``: ω_diff of each augmentation predicted from frozen features of view pairs. It can fail both
-ways: features that carry nothing score R² ≈ 0 and chance accuracy, ω itself as the features scores ≈ 1; and
-it runs on any SavedModel, on in-memory, folder and (mocked) tfds sources, the same on every rerun."""
+ways: features that carry nothing score R² ≈ 0 and chance accuracy, ω itself as the features scores ≈ 1; it
+reads at least what a head of AugSelf's own shape, trained on the same pairs, reads; and it runs on any
+SavedModel, on in-memory, folder and (mocked) tfds sources, the same on every rerun."""
 
 from __future__ import annotations
 
@@ -42,8 +43,9 @@ class _Noise(tf.Module):
         return {"features": tf.random.normal([tf.shape(images)[0], 32]) @ self.w}
 
 
-def _pairs_of_omega(n: int, seed: int):
-    """ω of two views of ``n`` random images drawn by the protocol's own pipeline and seeds, and the targets."""
+def _views_of_omega(n: int, seed: int):
+    """ω of two views of ``n`` random images drawn by the protocol's own pipeline and seeds: (each view's ω as a
+    descriptor [n, k] (rotation as its one-hot), the pair targets)."""
     config = augment_config(16)
     images = np.random.default_rng(seed).integers(0, 256, (n, 20, 28, 3), dtype=np.uint8)
     fields = []
@@ -52,14 +54,19 @@ def _pairs_of_omega(n: int, seed: int):
         ds = tf.data.Dataset.from_tensor_slices(images).enumerate().map(lambda i, x, fn=fn: fn(x, i)[1]).batch(256)
         batches = list(ds.as_numpy_iterator())
         fields.append({k: np.concatenate([b[k] for b in batches]) for k in batches[0]})
-    targets = pair_targets(fields[0], fields[1], AUGS)
 
-    def features(f: dict) -> np.ndarray:  # ω itself; the rotation as its one-hot descriptor
+    def descriptor(f: dict) -> np.ndarray:
         parts = [f[PREFIX + a] for a in AUGS if a != "rotation"]
         parts.append(np.eye(4)[f[PREFIX + "rotation"][:, 0].astype(int)])
         return np.concatenate(parts, axis=1)
 
-    return np.concatenate([features(fields[0]), features(fields[1])], axis=1), targets
+    return [descriptor(f) for f in fields], pair_targets(fields[0], fields[1], AUGS)
+
+
+def _pairs_of_omega(n: int, seed: int):
+    """ω itself as the features of each view: pairs [ω1, ω2] and their targets."""
+    (d1, d2), targets = _views_of_omega(n, seed)
+    return np.concatenate([d1, d2], axis=1), targets
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +94,50 @@ def test_features_that_carry_nothing_score_zero(omega_pairs):
         assert -0.1 < scores[name].value < 0.05, (name, scores[name])
     for name in ("rotation", "flip"):
         assert scores[name].value < scores[name].chance + 0.08, (name, scores[name])
+
+
+def test_the_probe_reads_at_least_what_an_augself_head_reads(tmp_path):
+    """The probe against AugSelf's own reader: on features that hold each view's ω only through a random
+    nonlinear map (64 ReLU units of ω, mixed to 48-d, plus noise), a head of AugSelf's shape (the model's own
+    ``mlp`` with 512-unit hidden layers, ``tanh_mse``, both orders of every pair, 50 epochs: within 0.03 R² of
+    150) and the probe see the same train pairs and are scored on the same test pairs. The probe must read at
+    least what the head reads (within 0.05 R²), and the head must read enough (R² > 0.5) for that to mean
+    something. On trained tiny-imagenet arms the same comparison (reproduce/probe_vs_head.py,
+    docs/analyses.md) finds the probe at or above the arms' own heads."""
+    import keras
+
+    from augself_tf.losses.augself_heads import ordered_pairs, tanh_mse
+    from augself_tf.methods.augself_model import AUGSELF_HIDDEN
+    from augself_tf.models.resnet import mlp
+
+    (d1, d2), targets = _views_of_omega(900, seed=6)
+    rng = np.random.default_rng(3)
+    w1, b1 = rng.normal(size=(d1.shape[1], 64)), rng.normal(size=64) * 0.5
+    w2 = rng.normal(size=(64, 48)) / 8.0
+
+    def embed(d: np.ndarray) -> np.ndarray:
+        return np.maximum(d @ w1 + b1, 0.0) @ w2 + rng.normal(size=(len(d), 48)) * 0.05
+
+    f1, f2 = embed(d1), embed(d2)
+    tr, te = slice(0, 700), slice(700, 900)
+    probe = omega_regression.probe_omega(
+        np.concatenate([f1, f2], 1)[tr], {k: omega_regression.Target(t.kind, t.values[tr]) for k, t in targets.items()},
+        np.arange(700), np.concatenate([f1, f2], 1)[te],
+        {k: omega_regression.Target(t.kind, t.values[te]) for k, t in targets.items()})
+    keras.utils.set_random_seed(0)
+    for name in ("crop", "color"):
+        y = targets[name].values.astype(np.float32)
+        pairs = ordered_pairs(tf.constant(f1[tr], tf.float32), tf.constant(f2[tr], tf.float32))
+        # ω_diff(2, 1) = −ω_diff(1, 2) for crop and colour (differences of the two views' parameters).
+        target = np.concatenate([y[tr], -y[tr]])
+        head = mlp([AUGSELF_HIDDEN, AUGSELF_HIDDEN, y.shape[1]], name=f"head_{name}")
+        head.compile(optimizer=keras.optimizers.Adam(3e-3), loss=lambda t, p: tanh_mse(p, t))
+        head.fit(pairs, target, batch_size=256, epochs=50, verbose=0, shuffle=True)
+        pred = np.tanh(head(np.concatenate([f1, f2], 1)[te].astype(np.float32), training=False).numpy())
+        head_r2 = omega_regression.r2_components(y[te], pred)[1]
+        print(f"{name}: head R² {head_r2:.3f}, probe R² {probe[name].value:.3f}")
+        assert head_r2 > 0.5, (name, head_r2)
+        assert probe[name].value > head_r2 - 0.05, (name, probe[name].value, head_r2)
 
 
 def test_r2_equals_an_independent_computation():
@@ -203,3 +254,22 @@ def test_eval_main_runs_both_protocols_on_one_of_our_exports(tmp_path):
     assert set(records) == {"lowshot_2shot", "lowshot_3shot", "omega_probe_crop", "omega_probe_flip"}
     assert all(np.isfinite(r["value"]) for r in records.values())
     assert "| omega_probe_crop |" in proc.stdout and os.path.exists(records["omega_probe_flip"]["settings"]["figure"])
+
+
+def test_probe_vs_head_runs_a_runs_heads_as_the_model_does(tmp_path):
+    """reproduce/probe_vs_head.py's NumPy head, read from a training checkpoint, gives what the model's own
+    Keras head gives in inference mode (BN moving statistics set away from their initial values first)."""
+    from helpers import batch as make_batch
+    from helpers import compile_model, make_model, run_steps
+
+    from augself_tf.training.checkpoints import make_checkpoint
+    from reproduce.probe_vs_head import head_predictions
+
+    model = make_model("simsiam", augself=("crop", "rotation"))
+    compile_model(model)
+    run_steps(model, [make_batch(0), make_batch(1)])  # moves weights and BN statistics off their initial values
+    path = make_checkpoint(model, model.optimizer).save(str(tmp_path / "ckpt"))
+    pairs = np.random.default_rng(0).normal(size=(9, 2 * model.feature_dim)).astype(np.float32)
+    for name in ("crop", "rotation"):
+        want = model.augself_heads[name](pairs, training=False).numpy()
+        np.testing.assert_allclose(head_predictions(path, name, pairs), want, rtol=1e-4, atol=1e-5)
