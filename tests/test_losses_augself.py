@@ -15,6 +15,7 @@ from helpers import omega
 from augself_tf.augment.registry import AUGMENTATIONS
 from augself_tf.losses import augself_heads
 from augself_tf.losses.augself_heads import (
+    batch_r2,
     binary_cross_entropy,
     binary_error,
     categorical_cross_entropy,
@@ -63,6 +64,20 @@ def test_tanh_mse_is_the_mean_squared_error_of_tanh_outputs(b, k):
     assert got.shape == (b,)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(tanh_mse(pred.astype("float32"), target).numpy(), got, rtol=1e-6)  # metric = loss
+
+
+def test_batch_r2_is_sklearns_variance_weighted_r2():
+    """R² pooled over the components, as scikit-learn computes it; 0 for the batch mean, 1 for the truth."""
+    from sklearn.metrics import r2_score
+
+    rng = np.random.default_rng(2)
+    t = rng.normal(size=(40, 4)) * [0.1, 0.2, 0.3, 0.05]
+    p = t + rng.normal(size=(40, 4)) * 0.08
+    got = float(batch_r2(tf.constant(p), tf.constant(t)))
+    np.testing.assert_allclose(got, r2_score(t, p, multioutput="variance_weighted"), rtol=1e-5)
+    mean = np.broadcast_to(t.mean(0), t.shape)
+    np.testing.assert_allclose(float(batch_r2(tf.constant(mean), tf.constant(t))), 0.0, atol=1e-6)
+    assert float(batch_r2(tf.constant(t), tf.constant(t))) == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("b", [1, 6])

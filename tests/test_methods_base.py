@@ -69,6 +69,12 @@ def test_augself_loss_matches_numpy_both_orders():
         target = np.concatenate([t12[name], t21[name]], 0)
         want = _np_loss(name, pred, target)
         np.testing.assert_allclose(float(logs[f"augself/{name}_loss"]), want, rtol=1e-5, atol=1e-6)
+        if name in ("flip", "rotation"):
+            assert f"augself/{name}_r2" not in logs  # a class has no R²
+        else:  # R² of the tanh outputs over the 2B pairs, pooled over the components
+            p = np.tanh(pred)
+            r2 = 1 - np.sum((p - target) ** 2) / np.sum((target - target.mean(0)) ** 2)
+            np.testing.assert_allclose(float(logs[f"augself/{name}_r2"]), r2, rtol=1e-4, atol=1e-6)
         expected += want
     np.testing.assert_allclose(float(total), expected, rtol=1e-5)
 

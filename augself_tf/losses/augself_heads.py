@@ -6,7 +6,7 @@ augmentation's registry entry names (``augment/geometric.py``, ``augment/photome
 
 | target kind | augmentations | loss (per pair) | logged error |
 |---|---|---|---|
-| regression | crop, color, blur, solarize | `tanh_mse`: mean (tanh(p) − t)² | the same |
+| regression | crop, color, blur, solarize | `tanh_mse`: mean (tanh(p) − t)² | the same, and `batch_r2` |
 | binary | flip | `binary_cross_entropy` of a logit | `binary_error` |
 | 4-way class | rotation | `categorical_cross_entropy` of logits | `categorical_error` |
 
@@ -35,6 +35,18 @@ def tanh_mse(pred: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
     """mean over the last axis of (tanh(pred) - target)^2 -> [B]."""
     pred = tf.cast(pred, tf.float32)
     return tf.reduce_mean(tf.square(tf.tanh(pred) - tf.cast(target, tf.float32)), axis=-1)
+
+
+def batch_r2(pred: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
+    """Pooled R² of predictions [N, c] over the batch: 1 − Σ(pred − t)² / Σ(t − mean_N t)² (a scalar).
+
+    0 is a predictor of the batch's mean target, 1 an exact one. Logged beside a regressed target's error, whose
+    fall from step 0 is mostly a random head learning the mean (its floor is the target's variance, not 0).
+    """
+    pred, target = tf.cast(pred, tf.float32), tf.cast(target, tf.float32)
+    sse = tf.reduce_sum(tf.square(pred - target))
+    sst = tf.reduce_sum(tf.square(target - tf.reduce_mean(target, axis=0, keepdims=True)))
+    return 1.0 - sse / tf.maximum(sst, 1e-12)
 
 
 def binary_cross_entropy(pred: tf.Tensor, target: tf.Tensor) -> tf.Tensor:

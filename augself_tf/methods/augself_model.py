@@ -21,7 +21,7 @@ from augself_tf.augment import AugmentConfig, finish_views
 from augself_tf.augment.registry import AUGMENTATIONS
 from augself_tf.augment.views import TWO_VIEWS, ViewPlan
 from augself_tf.flag_fields import flag_fields, help_text
-from augself_tf.losses.augself_heads import ordered_pairs, ordered_targets
+from augself_tf.losses.augself_heads import batch_r2, ordered_pairs, ordered_targets, tanh_mse
 from augself_tf.methods.conditioning import (
     DEFAULT_DEPTH,
     DEFAULT_WIDTH,
@@ -284,6 +284,8 @@ class AugSelfModel(keras.Model):
             total += loss
             logs[f"augself/{name}_loss"] = loss
             logs[f"augself/{name}_error"] = tf.reduce_mean(aug.metric(pred, target))
+            if aug.loss is tanh_mse:  # its error means little alone: a random head's step-0 error is far above
+                logs[f"augself/{name}_r2"] = batch_r2(tf.tanh(pred), target)  # the target's own variance
         return total, logs
 
     # ----------------------------------------------------------------- assembly
