@@ -487,11 +487,37 @@ def probe_key(arm: Arm, machine: dict) -> str:
     return key + (f"|looc={looc}" if looc else "")
 
 
+def timed_steps(arm: Arm, ctx: Context, steps: int, run: str) -> tuple[float, int]:
+    """(seconds per step, steps per epoch) of ``steps`` steps of the arm's settings, trained afresh into ``run``
+    (removed after) without monitors or export; the rate is the TensorBoard wall time between its logged steps
+    after the first (which traces the step function)."""
+    shutil.rmtree(run, ignore_errors=True)
+    os.makedirs(run)
+    cmd = [ctx.python, "train_main.py", *arm.train_args(ctx.data_dir, run), f"--max_steps={steps}",
+           "--monitor=none", "--export=false", "--log_every=5"]
+    log_path = os.path.join(run, "log.txt")
+    if run_logged(cmd, log_path, ctx) != 0:
+        raise RuntimeError(f"timing {arm.name} failed; see {log_path}")
+    with open(log_path) as f:
+        found = steps_from_log(f.read())
+    from augself_tf.startup import import_tensorflow_quietly
+
+    import_tensorflow_quietly()
+    from augself_tf.runtime.tensorboard import read_scalars
+
+    events = sorted(read_scalars(os.path.join(run, "tensorboard"), ["loss/total"]).get("loss/total", []),
+                    key=lambda e: e.step)
+    if len(events) < 2 or not found:
+        raise RuntimeError(f"timing {arm.name}: it logged too little to time; see {log_path}")
+    rate = (events[-1].wall_time - events[0].wall_time) / (events[-1].step - events[0].step)
+    shutil.rmtree(run, ignore_errors=True)
+    return rate, found[0]
+
+
 def probe(arm: Arm, ctx: Context) -> tuple[float, int]:
     """(seconds per step, steps per epoch) measured by a short run of the arm's settings (cached per machine).
 
-    The probe trains PROBE_STEPS steps without monitors or export into ``<out>/_probe``; its rate is the
-    TensorBoard wall time between its logged steps after the first (which traces the step function).
+    The probe is :func:`timed_steps` of PROBE_STEPS steps in ``<out>/_probe``.
     """
     machine = machine_info()
     cache_path = os.path.join(ctx.out_dir, "probes.json")
@@ -503,31 +529,11 @@ def probe(arm: Arm, ctx: Context) -> tuple[float, int]:
     key = probe_key(arm, machine)
     if key in cache:
         return cache[key]["seconds_per_step"], cache[key]["steps_per_epoch"]
-    run = os.path.join(ctx.out_dir, "_probe", arm.id)
-    shutil.rmtree(run, ignore_errors=True)
-    os.makedirs(run)
-    cmd = [ctx.python, "train_main.py", *arm.train_args(ctx.data_dir, run), f"--max_steps={PROBE_STEPS}",
-           "--monitor=none", "--export=false", "--log_every=5"]
     ctx.log(f"{arm.name}: probing the speed of these settings ({PROBE_STEPS} steps)")
-    log_path = os.path.join(run, "log.txt")
-    if run_logged(cmd, log_path, ctx) != 0:
-        raise RuntimeError(f"probe of {arm.name} failed; see {log_path}")
-    with open(log_path) as f:
-        steps = steps_from_log(f.read())
-    from augself_tf.startup import import_tensorflow_quietly
-
-    import_tensorflow_quietly()
-    from augself_tf.runtime.tensorboard import read_scalars
-
-    events = sorted(read_scalars(os.path.join(run, "tensorboard"), ["loss/total"]).get("loss/total", []),
-                    key=lambda e: e.step)
-    if len(events) < 2 or not steps:
-        raise RuntimeError(f"probe of {arm.name} logged too little to time; see {log_path}")
-    rate = (events[-1].wall_time - events[0].wall_time) / (events[-1].step - events[0].step)
-    cache[key] = {"seconds_per_step": rate, "steps_per_epoch": steps[0]}
+    rate, spe = timed_steps(arm, ctx, PROBE_STEPS, os.path.join(ctx.out_dir, "_probe", arm.id))
+    cache[key] = {"seconds_per_step": rate, "steps_per_epoch": spe}
     ledger.write_json(cache_path, cache)
-    shutil.rmtree(run, ignore_errors=True)
-    return rate, steps[0]
+    return rate, spe
 
 
 def estimate(arm: Arm, ctx: Context, entries: Sequence[dict], allow_probe: bool) -> Estimate | None:

@@ -16,10 +16,11 @@ import statistics
 from collections.abc import Sequence
 
 if __package__:  # imported as reproduce.looc_report
-    from reproduce import ledger
+    from reproduce import ledger, step_times
     from reproduce.looc_arms import PLUS_SUFFIX, SUITE, views_per_image
 else:  # python reproduce/reproduce_small.py
     import ledger
+    import step_times
     from looc_arms import PLUS_SUFFIX, SUITE, views_per_image
 
 BEGIN, END = "<!-- reproduce_small_looc:begin -->", "<!-- reproduce_small_looc:end -->"
@@ -123,9 +124,13 @@ def paper_cell(row: Row, column: tuple[str, str]) -> str:
     return text
 
 
-def seconds_per_step(entries: Sequence[dict]) -> str:
+def seconds_per_step(entries: Sequence[dict], timed: float | None, base: float | None) -> str:
+    """The row's step: its back-to-back timing (``--time_steps``) with its ratio to the baseline's, else the mean
+    training rate of its arms in italics (wall time over whole runs, beside whatever else the machine ran)."""
+    if timed is not None:
+        return f"{timed:.3g}" + (f" ({timed / base:.2f}×)" if base else "")
     rates = [e["training"]["seconds_per_step"] for e in entries if e["training"].get("seconds_per_step")]
-    return f"{statistics.fmean(rates):.3g}" if rates else "—"
+    return f"*{statistics.fmean(rates):.3g}*" if rates else "—"
 
 
 def seeds_label(entries: Sequence[dict]) -> str:
@@ -142,9 +147,17 @@ def dataset_of(arms: Sequence[ledger.Arm], call: str) -> str:
     return next((c.dataset for a in arms for c in a.evals if c.name == call), call)
 
 
-def tables(entries: Sequence[dict], arms: Sequence[ledger.Arm]) -> list[str]:
+def row_timing(row: Row, arms: Sequence[ledger.Arm], timings: dict | None) -> float | None:
+    """The timed median seconds per step of the row's setting, if ``--time_steps`` timed it."""
+    arm = next((a for a in arms if a.method == row.method and a.variant == row.variant), None)
+    found = (timings or {}).get("settings", {}).get(step_times.setting(arm)) if arm else None
+    return found["median"] if found else None
+
+
+def tables(entries: Sequence[dict], arms: Sequence[ledger.Arm], timings: dict | None = None) -> list[str]:
     """The three tables: the paper's columns, issue 20's transfer and probe columns, the ω-probe."""
     groups = {r.label: row_entries(entries, r) for r in ROWS}
+    timed = {r.label: row_timing(r, arms, timings) for r in ROWS}
 
     def base_values(row: Row, call: str, protocol: str) -> list[float] | None:
         if row.baseline is None:
@@ -171,8 +184,9 @@ def tables(entries: Sequence[dict], arms: Sequence[ledger.Arm]) -> list[str]:
     first = []
     for row in ROWS:
         g = groups[row.label]
+        base = timed.get(row.baseline) if row.baseline else None
         first.append([row.label, str(views_per_image(row.method, row.variant.replace("_", ","))),
-                      seconds_per_step(g), seeds_label(g)]
+                      seconds_per_step(g, timed[row.label], base), seeds_label(g)]
                      + row_cells(row, [c[:2] for c in PAPER_COLUMNS], [c[2] for c in PAPER_COLUMNS]))
     second = [[row.label, seeds_label(groups[row.label])] + row_cells(row, MORE_COLUMNS, None) for row in ROWS]
     omega = []
@@ -256,7 +270,7 @@ def plot_omega(entries: Sequence[dict], path: str) -> str | None:
 
 
 def render(entries: Sequence[dict], arms: Sequence[ledger.Arm], picture_link: str | None,
-           ledger_label: str = "reproduce/ledger/", command: str = COMMAND) -> str:
+           ledger_label: str = "reproduce/ledger/", command: str = COMMAND, timings: dict | None = None) -> str:
     """The generated block: a function of the suite's ledger entries (and the suite's arm list) only."""
     done = {e["arm"] for e in entries}
     pending = [a for a in arms if a.id not in done]
@@ -270,13 +284,13 @@ def render(entries: Sequence[dict], arms: Sequence[ledger.Arm], picture_link: st
            "Cells: mean ± half-range over the seeds of the row (count and seeds in `seeds`); Δ to the row's "
            "baseline (MoCo v2 for LooC, LooC++ and MoCo v2 + AugSelf; SimSiam for SimSiam + AugSelf), \"noise\" "
            "when within both sides' seed spread (judged only with ≥ 2 seeds on each side). LooC++ rows are the "
-           "LooC runs evaluated on `--signature=looc_plus_features`. N: views per image; s/step: the rows' measured "
-           "training seconds per step (LooC++: the same runs). The paper's figures are ImageNet-100 ResNet-50 runs "
+           "LooC runs evaluated on `--signature=looc_plus_features`. N: views per image; s/step: "
+           + timing_note(timings, ledger_label) + " The paper's figures are ImageNet-100 ResNet-50 runs "
            "(its brackets: Δ to its own baseline; the MoCo v2 row is the AugSelf authors' run, LooC's rows are "
            "LooC's figures with their Δ to LooC's own MoCo*: 81.0, 67.9 ± 0.5, 77.3 ± 0.1); compare directions "
            "and gaps, not levels. "
            "The paper's CUB200 column has no counterpart here.", ""]
-    out += tables(entries, arms) + [""]
+    out += tables(entries, arms, timings) + [""]
     if picture_link:
         out += [f"![omega_probe: rows × augmentations]({picture_link})", ""]
     if entries:
@@ -286,6 +300,19 @@ def render(entries: Sequence[dict], arms: Sequence[ledger.Arm], picture_link: st
         out += [f"{NOT_RUN.capitalize()} ({len(pending)} arm{'s' if len(pending) > 1 else ''}): "
                 + ", ".join(f"`{a.name}`" for a in pending) + f". `{command}` runs them in this order.", ""]
     return "\n".join(out).rstrip("\n")
+
+
+def timing_note(timings: dict | None, ledger_label: str) -> str:
+    """How the s/step column was measured."""
+    if not timings:
+        return ("the mean training seconds per step of the row's arms, in italics: wall time over whole runs, "
+                f"beside whatever else ran (`{COMMAND} --time_steps` times every row back to back).")
+    m = timings["machine"]
+    return (f"seconds per training step of the row's setting, every row timed back to back in one run "
+            f"(`{COMMAND} --time_steps`: median of {timings['rounds']} rounds of {timings['steps']} steps, in "
+            f"alternating order, on {m['cpu']} with {m['cores']} cores; figures and load averages in "
+            f"`{ledger_label}timings/{SUITE}.json`), with its ratio to the baseline row's; rows not timed show "
+            "their arms' mean training rate in italics (LooC++: the LooC runs).")
 
 
 def picture_link(entries: Sequence[dict], results_md: str, picture: str) -> str | None:
@@ -306,7 +333,8 @@ def report_block(ledger_dir: str, arms: Sequence[ledger.Arm], results_md: str, p
     """The block ``--suite=looc --report_only`` writes, from the ledger's entries of this suite alone."""
     entries = suite_of(ledger_dir, arms)
     label = os.path.relpath(os.path.abspath(ledger_dir), ledger.ROOT).replace(os.sep, "/") + "/"
-    return render(entries, arms, picture_link(entries, results_md, picture), label, command)
+    return render(entries, arms, picture_link(entries, results_md, picture), label, command,
+                  step_times.load(ledger_dir, SUITE))
 
 
 def write_report(ledger_dir: str, arms: Sequence[ledger.Arm], results_md: str, picture: str,

@@ -29,12 +29,13 @@ import signal
 import sys
 
 if __package__:  # python -m reproduce.reproduce_small, or imported as reproduce.reproduce_small (tests)
-    from reproduce import ledger, ledger_runner, looc_arms, looc_report
+    from reproduce import ledger, ledger_runner, looc_arms, looc_report, step_times
 else:  # python reproduce/reproduce_small.py: Python put reproduce/ first on sys.path
     import ledger
     import ledger_runner
     import looc_arms
     import looc_report
+    import step_times
 
 ROOT = ledger.ROOT
 
@@ -49,6 +50,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="start no arm that its measured seconds per step say would not finish in time")
     p.add_argument("--report_only", action="store_true", help="regenerate the report from the ledger; run nothing")
     p.add_argument("--list", action="store_true", help="print the arms and their status; run nothing")
+    p.add_argument("--time_steps", action="store_true",
+                   help="time one arm of every setting back to back (2 rounds of 40 steps, alternating order) into "
+                        "LEDGER/timings/SUITE.json, then regenerate the report (the looc table's s/step); run on an "
+                        "otherwise idle machine")
     p.add_argument("--no_report", action="store_true", help="do not regenerate the report after running arms")
     p.add_argument("--quick", action="store_true",
                    help="smoke version: 2 shapes arms of 2 steps, small evaluations, own ledger under --out")
@@ -119,6 +124,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{arm.name:32s} {arm.id}  {ledger_runner.status_line(arm, ctx)}{left}")
         return 0
     signal.signal(signal.SIGTERM, _terminate)
+    if args.time_steps:
+        try:
+            record = step_times.measure(selected, ctx, args.suite if args.suite != "main" else "")
+        except KeyboardInterrupt:
+            ctx.log("interrupted; nothing written")
+            return 130
+        for name, t in record["settings"].items():
+            ctx.log(f"{name}: {t['median']:.3f} s/step (median of {len(t['timings'])})")
+        if not args.no_report:
+            write_report(args.ledger, arms, args.results_md, args.curves, command)
+        return 0
     try:
         result = ledger_runner.run_arms(selected, ctx, args.time_budget)
     except KeyboardInterrupt:

@@ -127,20 +127,21 @@ def _row(block: str, label: str, nth: int = 0) -> list[str]:
 def test_report_cells_n_delta_paper_and_not_yet_run():
     arms = looc_arms.looc_table_arms()
     block = looc_report.render(synthetic_entries(), arms, "img/omega.png")
-    # MoCo v2: seeds 0, 1 -> 21.0 ± 1.0 linear, 30.5 ± 0.5 5-shot; s/step the mean 0.35; the paper's MoCo row.
-    assert _row(block, "MoCo v2") == ["MoCo v2", "2", "0.35", "2 (0, 1)", "21.0 ± 1.0", "81.0", "30.5 ± 0.5",
+    # MoCo v2: seeds 0, 1 -> 21.0 ± 1.0 linear, 30.5 ± 0.5 5-shot; s/step the arms' mean 0.35 (in italics: not
+    # timed back to back); the paper's MoCo row.
+    assert _row(block, "MoCo v2") == ["MoCo v2", "2", "*0.35*", "2 (0, 1)", "21.0 ± 1.0", "81.0", "30.5 ± 0.5",
                                       "78.5 ± 0.3", "—", "81.2 ± 0.3"]
     # LooC (color, rotation), backbone: Δ to MoCo's mean; the paper's figure with its Δ to LooC's MoCo*.
     assert _row(block, "LooC (color, rotation)") == [
-        "LooC (color, rotation)", "4", "0.5", "1 (0)", "19.0 (Δ -2.0)", "79.2 (-1.8)", "32.0 (Δ +1.5)",
+        "LooC (color, rotation)", "4", "*0.5*", "1 (0)", "19.0 (Δ -2.0)", "79.2 (-1.8)", "32.0 (Δ +1.5)",
         "70.9 ± 0.3 (+3.0)", "—", "80.8 ± 0.2 (+3.5)"]
     # LooC++: the same run, its looc_plus_features records; no paper figure in this table.
     assert _row(block, "LooC++ (color, rotation)") == [
-        "LooC++ (color, rotation)", "4", "0.5", "1 (0)", "15.0 (Δ -6.0)", "—", "29.0 (Δ -1.5)", "—", "—", "—"]
+        "LooC++ (color, rotation)", "4", "*0.5*", "1 (0)", "15.0 (Δ -6.0)", "—", "29.0 (Δ -1.5)", "—", "—", "—"]
     assert _row(block, "LooC (color)")[:5] == ["LooC (color)", "3", "—", "not yet run", "—"]
     assert _row(block, "LooC (color)")[5] == "81.1 (+0.1)"  # the paper's figure shows even before our run
     assert _row(block, "MoCo v2 + AugSelf")[4] == "24.0 (Δ +3.0)"
-    assert _row(block, "SimSiam + AugSelf")[2:5] == ["0.62", "1 (0)", "21.5 (Δ +3.5)"]
+    assert _row(block, "SimSiam + AugSelf")[2:5] == ["*0.62*", "1 (0)", "21.5 (Δ +3.5)"]
     assert _row(block, "SimSiam + AugSelf")[5] == "82.6 (+1.0)"
     # The ω-probe table: R² plainly, accuracy with its chance; LooC++ reads its own records.
     omega = _row(block, "LooC (color, rotation)", 2)
@@ -157,6 +158,40 @@ def test_report_cells_n_delta_paper_and_not_yet_run():
     labels, augs, matrix, _ = looc_report.omega_matrix(synthetic_entries())
     assert augs == ["crop", "rotation"] and labels[0] == "MoCo v2 (2 seeds)"
     assert matrix[labels.index("LooC++ (color, rotation)")] == [pytest.approx(0.05), pytest.approx(0.8)]
+
+
+def test_time_steps_times_every_setting_back_to_back_and_the_table_reads_it(tmp_path, monkeypatch):
+    """--time_steps: one arm per setting (seeds share it), rounds in alternating order, medians written under
+    LEDGER/timings/ (not read as an entry); the s/step column then shows them with the ratio to the baseline."""
+    from reproduce import step_times
+
+    rates = {"tiny-moco-base": [0.20, 0.22], "tiny-looc-color_rotation": [0.30, 0.28],
+             "tiny-moco-augself": [0.21, 0.21]}
+    calls: list[str] = []
+
+    def fake_timed_steps(a, ctx, steps, run):
+        name = step_times.setting(a)
+        calls.append(name)
+        return rates[name][sum(c == name for c in calls) - 1], 27
+
+    monkeypatch.setattr(ledger_runner, "timed_steps", fake_timed_steps)
+    ctx = ledger_runner.Context(root=REPO, data_dir=str(tmp_path), out_dir=str(tmp_path / "runs"),
+                                ledger_dir=str(tmp_path / "ledger"), log=lambda m: None)
+    arms = [arm(n) for n in ("tiny-moco-base-s0", "tiny-moco-base-s1", "tiny-looc-color_rotation-s0",
+                             "tiny-moco-augself-s0")]
+    record = step_times.measure(arms, ctx, "looc", steps=10, rounds=2)
+    assert calls == ["tiny-moco-base", "tiny-looc-color_rotation", "tiny-moco-augself",
+                     "tiny-moco-augself", "tiny-looc-color_rotation", "tiny-moco-base"]
+    assert {k: v["median"] for k, v in record["settings"].items()} == {
+        "tiny-moco-base": 0.21, "tiny-looc-color_rotation": 0.29, "tiny-moco-augself": 0.21}
+    assert step_times.load(ctx.ledger_dir, "looc") == record and ledger.load_entries(ctx.ledger_dir) == []
+    block = looc_report.render(synthetic_entries(), looc_arms.looc_table_arms(), None, timings=record)
+    assert _row(block, "MoCo v2")[2] == "0.21"
+    assert _row(block, "LooC (color, rotation)")[2] == "0.29 (1.38×)"
+    assert _row(block, "LooC++ (color, rotation)")[2] == "0.29 (1.38×)"
+    assert _row(block, "MoCo v2 + AugSelf")[2] == "0.21 (1.00×)"
+    assert _row(block, "SimSiam")[2] == "*0.6*"  # not timed: its arms' training rate
+    assert "timed back to back" in block and "timings/looc.json" in block
 
 
 def test_empty_ledger_report_is_whole():
