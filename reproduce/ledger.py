@@ -19,10 +19,13 @@ import hashlib
 import json
 import os
 import statistics
+import sys
 from collections.abc import Iterable, Sequence
 
 SCHEMA = 1
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # run as `python reproduce/x.py`: read this checkout's augself_tf, not an installed one
+    sys.path.insert(1, ROOT)
 BEGIN, END = "<!-- reproduce_small:begin -->", "<!-- reproduce_small:end -->"
 COMMAND = "python reproduce/reproduce_small.py"
 

@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         if not os.path.exists(os.path.join(a.run, part)):
             print(f"probe_vs_head: {a.run} has no {part}; give a train_main --model_dir", file=sys.stderr)
             return 2
-    sys.path.insert(0, ROOT)
+    if ROOT not in sys.path:  # this checkout's augself_tf, not an installed one
+        sys.path.insert(1, ROOT)
     from augself_tf.startup import import_tensorflow_quietly
 
     import_tensorflow_quietly()
