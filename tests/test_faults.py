@@ -259,6 +259,11 @@ def test_divergence_advice_names_the_flag_that_caused_it():
     assert "--lr" in advice(1e30, 256, 1.0) and "--augself_weight" not in advice(1e30, 256, 1.0)
     assert "--augself_weight" in advice(0.03, 256, 1e30) and "--lr" not in advice(0.03, 256, 1e30)
     assert "--lr" in advice(0.03, 256, 1.0)  # nothing out of range: the learning rate is the usual cause
+    # Per-task weights (--augself=crop:1e30,color): the task's own weight is named; λ only while a task takes it.
+    text = advice(0.03, 256, 1.0, {"crop": 1e30, "color": None})
+    assert "crop:1e+30" in text and "--augself_weight" not in text and "--lr" not in text
+    assert "--augself_weight" not in advice(0.03, 256, 1e30, {"crop": 1.0, "color": 0.5})  # no task takes λ
+    assert "--augself_weight" in advice(0.03, 256, 1e30, {"crop": 1.0, "color": None})
 
 
 # 9. A full permutation of the data every epoch, a function of (seed, epoch): resume stays exact.

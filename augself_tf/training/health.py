@@ -38,13 +38,21 @@ def make_state_check(state: Mapping[str, tf.Variable]) -> Callable[[], str | Non
     return check
 
 
-def advice(lr: float, batch_size: int, augself_weight: float) -> str:
-    """What to change after a divergence: the flags whose values are far outside the paper's ranges, else --lr."""
+def advice(lr: float, batch_size: int, augself_weight: float,
+           task_weights: Mapping[str, float | None] | None = None) -> str:
+    """What to change after a divergence: the flags whose values are far outside the paper's ranges, else --lr.
+
+    ``task_weights``: each AugSelf task's own weight (``--augself=crop:2.0``), None where it takes λ.
+    """
     flags = []
     if lr * batch_size / 256 > 1.0:
         flags.append(f"--lr (now {lr:g}, i.e. {lr * batch_size / 256:g} at this batch)")
-    if augself_weight > 10.0:
+    own = {name: w for name, w in (task_weights or {}).items() if w is not None}
+    if augself_weight > 10.0 and len(own) < len(task_weights or {"λ": None}):  # some task takes λ
         flags.append(f"--augself_weight (λ, now {augself_weight:g}; the paper uses 0.5-1)")
+    big = [f"{name}:{w:g}" for name, w in own.items() if w > 10.0]
+    if big:
+        flags.append(f"the task weights of --augself (now {', '.join(big)}; the paper uses 0.5-1)")
     if not flags:
         flags.append(f"--lr (now {lr:g})")
     return f"lower {' or '.join(flags)}, or check the data"

@@ -268,7 +268,8 @@ def _train(cfg: TrainConfig, stop: StopSignals) -> TrainResult:
     nonfinite_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_step")
     step_fn = make_distributed_step(strategy, model, cfg.jit_compile, nonfinite_step)
     bad_variable = make_state_check(state)
-    what_to_do = advice(cfg.lr, cfg.batch_size, cfg.model.augself_weight)
+    what_to_do = advice(cfg.lr, cfg.batch_size, cfg.model.augself_weight,
+                        {t.name: t.weight for t in cfg.model.augself})
 
     def check_finite(step: int) -> None:
         """Raises if any step so far had a NaN/Inf loss, or if a weight, BN statistic or buffer is NaN/Inf or
