@@ -339,6 +339,13 @@ def evaluate(arm: Arm, ctx: Context, state: dict) -> bool:
     return True
 
 
+def model_name(name: str, arm: Arm, run: str) -> str:
+    """eval_main names a model by its run directory, the training's id: the entry names it by the arm's id
+    (a signature's suffix, ``:looc_plus_features``, kept)."""
+    train = os.path.basename(run)
+    return arm.id + name[len(train):] if name.startswith(train) else name
+
+
 def make_entry(arm: Arm, ctx: Context, state: dict) -> dict:
     """The ledger entry of a finished arm (schema: reproduce/ledger/README.md)."""
     run = ctx.run_dir(arm)
@@ -346,7 +353,8 @@ def make_entry(arm: Arm, ctx: Context, state: dict) -> dict:
     records = []
     for call in arm.evals:
         with open(os.path.join(run, "eval", call.key, "results.json")) as f:
-            records += [ledger.clean_record(r, call.name, repl) for r in json.load(f)]
+            records += [ledger.clean_record(r, call.name, repl) | {"model": model_name(r["model"], arm, run)}
+                        for r in json.load(f)]
     sessions = [{k: v for k, v in s.items() if k != "started"} for s in state["sessions"]]
     steps = sum(max(0, s["steps"][1] - s["steps"][0]) for s in sessions)
     seconds = sum(s["seconds"] for s in sessions)

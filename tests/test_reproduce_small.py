@@ -347,7 +347,8 @@ if script == "train_main.py":
         f.write('model_checkpoint_path: "ckpt-10"\\n')
     print("  global batch 128 on 1 replica(s), 5 steps/epoch, 10 steps, lr 0.03")
 else:
-    record = {{"model": "m", "protocol": args["protocol"], "dataset": "d", "metric": "top1_%", "value": 1.0,
+    model = os.path.basename(os.path.dirname(args["saved_model"]))  # eval_main's name: the run directory's
+    record = {{"model": model, "protocol": args["protocol"], "dataset": "d", "metric": "top1_%", "value": 1.0,
               "ci95": None, "n_train": 1, "n_test": 1, "settings": {{}}, "seconds": 1.0}}
     with open(args["output"], "w") as f:
         json.dump([record], f)
@@ -381,6 +382,7 @@ def test_a_changed_evaluation_reevaluates_without_training_again(tmp_path, monke
     assert entry_["settings"] == changed.settings() and set(entry_["evaluation"]["calls"]) == {"a", "b"}
     assert "--x=1" in entry_["evaluation"]["calls"]["b"]["command"]
     assert {r["call"] for r in entry_["records"]} == {"a", "b"}
+    assert {r["model"] for r in entry_["records"]} == {changed.id}  # the arm's id, not its run directory's
 
 
 # ----------------------------------------------------------------------------------------------------
