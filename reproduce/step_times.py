@@ -17,12 +17,16 @@ import statistics
 from collections.abc import Sequence
 
 if __package__:  # imported as reproduce.step_times
-    from reproduce import ledger, ledger_runner
-    from reproduce.ledger import Arm
+    from reproduce import ledger, time_estimates
+    from reproduce.arm_settings import Arm
+    from reproduce.provenance import git_info, machine_info
+    from reproduce.run_directory import Context
 else:  # python reproduce/reproduce_small.py put reproduce/ first on sys.path
     import ledger
-    import ledger_runner
-    from ledger import Arm
+    import time_estimates
+    from arm_settings import Arm
+    from provenance import git_info, machine_info
+    from run_directory import Context
 
 STEPS = 40
 ROUNDS = 2
@@ -46,7 +50,7 @@ def load(ledger_dir: str, suite: str) -> dict | None:
         return None
 
 
-def measure(arms: Sequence[Arm], ctx: ledger_runner.Context, suite: str, steps: int = STEPS,
+def measure(arms: Sequence[Arm], ctx: Context, suite: str, steps: int = STEPS,
             rounds: int = ROUNDS) -> dict:
     """Times every setting of ``arms`` (see the module docstring), writes and returns the record."""
     firsts: dict[str, Arm] = {}
@@ -58,13 +62,13 @@ def measure(arms: Sequence[Arm], ctx: ledger_runner.Context, suite: str, steps: 
         for name in order if r % 2 == 0 else order[::-1]:
             load_1min = os.getloadavg()[0]
             ctx.log(f"timing {name}: round {r + 1}/{rounds}, {steps} steps (load average {load_1min:.2f})")
-            rate, _ = ledger_runner.timed_steps(firsts[name], ctx, steps, os.path.join(ctx.out_dir, "_timing", name))
+            rate, _ = time_estimates.timed_steps(firsts[name], ctx, steps, os.path.join(ctx.out_dir, "_timing", name))
             figures[name].append({"seconds_per_step": round(rate, 4), "load_before": round(load_1min, 2)})
             ctx.log(f"timing {name}: {rate:.3f} s/step")
     record = {
         "suite": suite or "main",
-        "machine": ledger_runner.machine_info(),
-        "git": ledger_runner.git_info(ctx.root),
+        "machine": machine_info(),
+        "git": git_info(ctx.root),
         "steps": steps,
         "rounds": rounds,
         "settings": {name: {"median": round(statistics.median(f["seconds_per_step"] for f in figures[name]), 4),
