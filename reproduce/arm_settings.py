@@ -152,6 +152,12 @@ class Arm:
         return args
 
 
+def step_setting(arm: Arm) -> str:
+    """What decides a training step's cost, by name: ``tiny-looc-color_rotation`` (the arm's name without its
+    seed). ``--time_steps`` times one arm per step setting, and the LooC table reads its rows' times by it."""
+    return f"{arm.data}-{arm.method}-{arm.variant}"
+
+
 def settings_hash(settings: dict) -> str:
     """8 hex digits of the SHA-256 of the settings' canonical JSON."""
     text = json.dumps(settings, sort_keys=True, separators=(",", ":"))

@@ -51,6 +51,21 @@ def suite_entries(entries: Iterable[dict], suite: str = "") -> list[dict]:
     return [e for e in entries if e["settings"].get("suite", "") == suite]
 
 
+def timings_path(ledger_dir: str, suite: str) -> str:
+    """``<ledger>/timings/<suite>.json``: a suite's step times (reproduce/step_times.py), committed beside the
+    entries and outside their folder level, so it is never read as an entry."""
+    return os.path.join(ledger_dir, "timings", f"{suite or 'main'}.json")
+
+
+def load_timings(ledger_dir: str, suite: str) -> dict | None:
+    """The suite's step times, or None when it was never timed."""
+    try:
+        with open(timings_path(ledger_dir, suite)) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
 def has_entry(ledger_dir: str, arm: Arm) -> bool:
     """Whether the ledger holds this arm with exactly these settings."""
     path = entry_path(ledger_dir, arm)

@@ -16,16 +16,15 @@ import statistics
 from collections.abc import Sequence
 
 if __package__:  # imported as reproduce.looc_report
-    from reproduce import doc_blocks, ledger, seed_cells, step_times
-    from reproduce.arm_settings import Arm, Budget
+    from reproduce import doc_blocks, ledger, seed_cells
+    from reproduce.arm_settings import Arm, Budget, step_setting
     from reproduce.looc_arms import PLUS_SUFFIX, SUITE, views_per_image
     from reproduce.wall_table import wall_table
 else:  # python reproduce/reproduce_small.py
     import doc_blocks
     import ledger
     import seed_cells
-    import step_times
-    from arm_settings import Arm, Budget
+    from arm_settings import Arm, Budget, step_setting
     from looc_arms import PLUS_SUFFIX, SUITE, views_per_image
     from wall_table import wall_table
 
@@ -156,7 +155,7 @@ def dataset_of(arms: Sequence[Arm], call: str) -> str:
 def row_timing(row: Row, arms: Sequence[Arm], timings: dict | None) -> float | None:
     """The timed median seconds per step of the row's setting, if ``--time_steps`` timed it."""
     arm = next((a for a in arms if a.method == row.method and a.variant == row.variant), None)
-    found = (timings or {}).get("settings", {}).get(step_times.setting(arm)) if arm else None
+    found = (timings or {}).get("settings", {}).get(step_setting(arm)) if arm else None
     return found["median"] if found else None
 
 
@@ -340,7 +339,7 @@ def report_block(ledger_dir: str, arms: Sequence[Arm], results_md: str, picture:
     entries = suite_of(ledger_dir, arms)
     label = os.path.relpath(os.path.abspath(ledger_dir), ledger.ROOT).replace(os.sep, "/") + "/"
     return render(entries, arms, picture_link(entries, results_md, picture), label, command,
-                  step_times.load(ledger_dir, SUITE))
+                  ledger.load_timings(ledger_dir, SUITE))
 
 
 def write_report(ledger_dir: str, arms: Sequence[Arm], results_md: str, picture: str,

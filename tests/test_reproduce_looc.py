@@ -181,7 +181,7 @@ def test_time_steps_times_every_setting_back_to_back_and_the_table_reads_it(tmp_
     calls: list[str] = []
 
     def fake_timed_steps(a, ctx, steps, run):
-        name = step_times.setting(a)
+        name = arm_settings.step_setting(a)
         calls.append(name)
         return rates[name][sum(c == name for c in calls) - 1], 27
 
@@ -195,7 +195,7 @@ def test_time_steps_times_every_setting_back_to_back_and_the_table_reads_it(tmp_
                      "tiny-moco-augself", "tiny-looc-color_rotation", "tiny-moco-base"]
     assert {k: v["median"] for k, v in record["settings"].items()} == {
         "tiny-moco-base": 0.21, "tiny-looc-color_rotation": 0.29, "tiny-moco-augself": 0.21}
-    assert step_times.load(ctx.ledger_dir, "looc") == record and ledger.load_entries(ctx.ledger_dir) == []
+    assert ledger.load_timings(ctx.ledger_dir, "looc") == record and ledger.load_entries(ctx.ledger_dir) == []
     block = looc_report.render(synthetic_entries(), looc_arms.looc_table_arms(), None, timings=record)
     assert _row(block, "MoCo v2")[2] == "0.21"
     assert _row(block, "LooC (color, rotation)")[2] == "0.29 (1.38×)"
