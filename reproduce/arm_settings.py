@@ -205,7 +205,8 @@ def _order(seq: Sequence[str], item: str) -> tuple[int, str]:
 
 
 def variant_of(settings: dict) -> str:
-    """The :attr:`Arm.variant` of an entry's settings, its train flags left out (the main suite's reading)."""
+    """The :attr:`Arm.variant` of an entry's settings without its train flags (so every LooC entry reads ``base``:
+    the main suite's report and the wall-time table order entries by it; looc_report has its own reading)."""
     return Arm(settings["data"], settings["method"], settings["augself"], settings["condition"], 0,
                Budget(**settings["budget"]), ()).variant
 

@@ -3,11 +3,13 @@
 A finished arm writes one small JSON entry ``<ledger>/<arm id>.json`` (schema in reproduce/ledger/README.md);
 the reports (reproduce/main_report.py, reproduce/looc_report.py) are functions of these entries only, so they
 can be rebuilt anywhere from the committed files. What an arm is and how its id is made: reproduce/arm_settings.py;
-running arms into the ledger: reproduce/ledger_runner.py; the command: reproduce/reproduce_small.py.
+running arms into the ledger: reproduce/ledger_runner.py; the command: reproduce/reproduce_small.py. Beside the
+entries, ``<ledger>/timings/<suite>.json`` holds a suite's step times (:func:`timings_path`).
 
-Every module of the reproduction that imports augself_tf (in a function, when used) imports this one, which puts
-the checkout root on sys.path: ``python reproduce/x.py`` then reads this checkout's augself_tf. Nothing here
-imports TensorFlow except reading TensorBoard events (:func:`read_monitor_events`), imported when used.
+This module puts the checkout root on sys.path, so ``python reproduce/reproduce_small.py`` reads this checkout's
+augself_tf, not an installed one: every module of reproduce_small that imports augself_tf (in a function, when
+used: main_report, looc_report, time_estimates, this one) imports this module. Nothing here imports
+TensorFlow except reading TensorBoard events (:func:`read_monitor_events`), imported when used.
 """
 
 from __future__ import annotations

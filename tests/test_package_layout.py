@@ -175,3 +175,16 @@ def test_reproduction_modules_import_the_same_siblings_both_ways():
     differ = {(m, line): (package ^ script) for m, bs in blocks.items() for line, package, script in bs
               if package != script}
     assert differ == {}
+
+
+def test_reproduction_modules_that_import_augself_tf_import_the_ledger_module():
+    """``python reproduce/reproduce_small.py`` reads this checkout's augself_tf because reproduce/ledger.py puts the
+    checkout root on sys.path: every module of the command that imports augself_tf must import it (scripts that
+    run on their own are not bound by it)."""
+    found = _reproduce_modules()
+    graph = {m: _siblings(imported_modules(f"reproduce.{m}", p), set(found)) for m, p in found.items()}
+    uses = {m for m, p in found.items() if m not in SCRIPTS
+            and any(n.split(".")[0] == "augself_tf" for n in imported_modules(f"reproduce.{m}", p))}
+    assert {"main_report", "time_estimates"} <= uses  # the reader sees imports inside functions
+    assert {m for m in uses if m != "ledger" and "ledger" not in graph[m]} == set()
+    assert "ledger" in graph["reproduce_small"]
