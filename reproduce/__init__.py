@@ -1,10 +1,15 @@
 """The CPU-scale reproduction of the paper's effect and the scripts that make the docs' result pictures.
 
 ``reproduce_small.py`` runs the arms and writes docs/results.md from the committed ledger ``ledger/`` (one JSON
-entry per finished arm; ``ledger.py`` defines the arms, the entries and the report, ``ledger_runner.py`` runs
-them); ``sweep.py`` runs λ / colour-strength sweeps (docs/analyses.md); ``plot_monitors.py`` draws the monitor
-curves of runs (docs/monitors.md). Each runs from the repository root as ``python reproduce/<script>.py``
-(its siblings then import as top-level modules) or as ``python -m reproduce.<script>``; tests import
-``reproduce.ledger`` and ``reproduce.ledger_runner``. A new arm is a line in ``ledger.default_arms`` and, once
-run, a new file in ``ledger/``. Timing benchmarks are in bench/, the PyTorch parity harness in bench/parity/.
+entry per finished arm). Its modules, one job each: ``arm_settings.py`` (what an arm is, its settings and id),
+``main_arms.py`` and ``looc_arms.py`` (the two arm sets), ``ledger.py`` (the entries: reading, writing, making
+them portable), ``main_report.py`` and ``looc_report.py`` (each suite's block of docs/results.md, built from
+``seed_cells.py``, ``wall_table.py`` and ``doc_blocks.py``), ``ledger_runner.py`` (running arms into the ledger,
+with ``run_directory.py``, ``child_process.py``, ``provenance.py`` and ``time_estimates.py``) and
+``step_times.py`` (``--time_steps``). ``sweep.py`` runs λ / colour-strength sweeps (docs/analyses.md);
+``plot_monitors.py`` draws the monitor curves of runs (docs/monitors.md). Each script runs from the repository
+root as ``python reproduce/<script>.py`` (its siblings then import as top-level modules) or as
+``python -m reproduce.<script>``; tests import ``reproduce.<module>``. A new arm is a line in
+``main_arms.default_arms`` (or ``looc_arms.looc_table_arms``) and, once run, a new file in ``ledger/``. Timing
+benchmarks are in bench/, the PyTorch parity harness in bench/parity/.
 """

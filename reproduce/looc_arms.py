@@ -1,8 +1,8 @@
 """The arms of issue 33: the paper's LooC comparison (``table:looc_comparison``) at the ledger's budget.
 
-A second arm set beside issue 20's (:func:`ledger.default_arms`), run by ``reproduce_small.py --suite=looc``:
+A second arm set beside issue 20's (:func:`main_arms.default_arms`), run by ``reproduce_small.py --suite=looc``:
 MoCo v2 ± AugSelf{crop,color}, LooC with each left-out set of the table, and SimSiam ± AugSelf, on the
-train split of tiny-imagenet-mini with :data:`ledger.TINY_BUDGET`. Every arm carries ``suite="looc"`` and the
+train split of tiny-imagenet-mini with :data:`arm_settings.TINY_BUDGET`. Every arm carries ``suite="looc"`` and the
 table's evaluation list, so its id differs from issue 20's arm of the same method and seed: the ledger's rule
 (an arm's id hashes its settings, evaluations included) runs it afresh, and issue 20's entries stay where they
 are and keep serving issue 20's report.
@@ -13,11 +13,11 @@ from __future__ import annotations
 import dataclasses
 
 if __package__:  # imported as reproduce.looc_arms
-    from reproduce import ledger
-    from reproduce.ledger import Arm, EvalCall
+    from reproduce import arm_settings
+    from reproduce.arm_settings import Arm, Budget, EvalCall
 else:  # python reproduce/reproduce_small.py put reproduce/ first on sys.path
-    import ledger
-    from ledger import Arm, EvalCall
+    import arm_settings
+    from arm_settings import Arm, Budget, EvalCall
 
 SUITE = "looc"
 PLUS_SIGNATURE = "looc_plus_features"
@@ -53,9 +53,9 @@ def views_per_image(method: str, looc: str | None) -> int:
     return 2 + len(looc.split(",")) if method == "looc" and looc else 2
 
 
-def table_arm(data: str, method: str, seed: int, budget: ledger.Budget, augself: str = "none", looc: str | None = None,
+def table_arm(data: str, method: str, seed: int, budget: Budget, augself: str = "none", looc: str | None = None,
               evals: tuple[EvalCall, ...] = TABLE_EVALS, monitor_flags: tuple[tuple[str, str], ...] = (),
-              queue: int = ledger.MOCO_QUEUE) -> Arm:
+              queue: int = arm_settings.MOCO_QUEUE) -> Arm:
     """One arm of the suite. MoCo and LooC get the ledger's queue (LooC: that many keys in each space's queue)."""
     flags: tuple[tuple[str, str], ...] = (("queue_size", str(queue)),) if method in ("moco", "looc") else ()
     if method == "looc":
@@ -72,13 +72,13 @@ def looc_table_arms(epochs: int | None = None, width: float | None = None) -> li
     Seed 0 of every row of the table, then seeds 1 and 2 of the MoCo pair, of the SimSiam pair, and of
     LooC (color, rotation). ``epochs`` / ``width`` replace the budget's (new settings, so new ids).
     """
-    tiny = dataclasses.replace(ledger.TINY_BUDGET,
+    tiny = dataclasses.replace(arm_settings.TINY_BUDGET,
                                **{k: v for k, v in (("epochs", epochs), ("width", width)) if v})
 
     def arm(method: str, seed: int, augself: str = "none", looc: str | None = None) -> Arm:
-        return table_arm("tiny", method, seed, tiny, augself, looc, monitor_flags=ledger.MONITOR_FLAGS)
+        return table_arm("tiny", method, seed, tiny, augself, looc, monitor_flags=arm_settings.MONITOR_FLAGS)
 
-    aug = ledger.DEFAULT_SET
+    aug = arm_settings.DEFAULT_SET
     arms = [arm("moco", 0), arm("moco", 0, aug)]
     arms += [arm("looc", 0, looc=s) for s in LOOC_SETS]
     arms += [arm("simsiam", 0), arm("simsiam", 0, aug)]
@@ -90,6 +90,6 @@ def looc_table_arms(epochs: int | None = None, width: float | None = None) -> li
 
 def quick_looc_arms() -> list[Arm]:
     """The smoke version: LooC(color) and MoCo v2 on `shapes`, 2 steps at width 1/16, tiny evaluations."""
-    return [table_arm("shapes", m, 0, ledger.QUICK_BUDGET, looc=s, evals=QUICK_EVALS,
-                      monitor_flags=ledger.QUICK_MONITOR_FLAGS, queue=64)
+    return [table_arm("shapes", m, 0, arm_settings.QUICK_BUDGET, looc=s, evals=QUICK_EVALS,
+                      monitor_flags=arm_settings.QUICK_MONITOR_FLAGS, queue=64)
             for m, s in (("moco", None), ("looc", "color"))]

@@ -16,12 +16,17 @@ import statistics
 from collections.abc import Sequence
 
 if __package__:  # imported as reproduce.looc_report
-    from reproduce import ledger, step_times
+    from reproduce import doc_blocks, ledger, seed_cells
+    from reproduce.arm_settings import Arm, Budget, step_setting
     from reproduce.looc_arms import PLUS_SUFFIX, SUITE, views_per_image
+    from reproduce.wall_table import wall_table
 else:  # python reproduce/reproduce_small.py
+    import doc_blocks
     import ledger
-    import step_times
+    import seed_cells
+    from arm_settings import Arm, Budget, step_setting
     from looc_arms import PLUS_SUFFIX, SUITE, views_per_image
+    from wall_table import wall_table
 
 BEGIN, END = "<!-- reproduce_small_looc:begin -->", "<!-- reproduce_small_looc:end -->"
 COMMAND = ledger.COMMAND + " --suite=looc"
@@ -66,8 +71,8 @@ OMEGA_AUGS = ("crop", "color", "blur", "solarize", "rotation", "flip")
 def variant_of(settings: dict) -> str:
     """The Arm.variant of an entry's settings (LooC's left-out set comes from its train flags)."""
     s = settings
-    return ledger.Arm(s["data"], s["method"], s["augself"], s["condition"], s["seed"], ledger.Budget(**s["budget"]),
-                      (), tuple(s["train_flags"].items())).variant
+    return Arm(s["data"], s["method"], s["augself"], s["condition"], s["seed"], Budget(**s["budget"]),
+               (), tuple(s["train_flags"].items())).variant
 
 
 def row_entries(entries: Sequence[dict], row: Row) -> list[dict]:
@@ -99,10 +104,10 @@ def ours(vals: list[float], metric: str | None, base: list[float] | None) -> str
     """``mean ± half-range (Δ +x)``; ``(Δ +x, noise)`` when within the seed spread of both sides."""
     if not vals:
         return "—"
-    text = ledger.cell(vals, metric or "")
+    text = seed_cells.cell(vals, metric or "")
     if base:
-        delta, noise = ledger.difference(vals, base)
-        text += f" (Δ {delta:+.{ledger.decimals(metric or '')}f}{', noise' if noise else ''})"
+        delta, noise = seed_cells.difference(vals, base)
+        text += f" (Δ {delta:+.{seed_cells.decimals(metric or '')}f}{', noise' if noise else ''})"
     return text
 
 
@@ -142,19 +147,19 @@ def _table(head: list[str], body: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in body]
 
 
-def dataset_of(arms: Sequence[ledger.Arm], call: str) -> str:
+def dataset_of(arms: Sequence[Arm], call: str) -> str:
     """The dataset a call reads, from the suite's arms (the report's headers say what was measured)."""
     return next((c.dataset for a in arms for c in a.evals if c.name == call), call)
 
 
-def row_timing(row: Row, arms: Sequence[ledger.Arm], timings: dict | None) -> float | None:
+def row_timing(row: Row, arms: Sequence[Arm], timings: dict | None) -> float | None:
     """The timed median seconds per step of the row's setting, if ``--time_steps`` timed it."""
     arm = next((a for a in arms if a.method == row.method and a.variant == row.variant), None)
-    found = (timings or {}).get("settings", {}).get(step_times.setting(arm)) if arm else None
+    found = (timings or {}).get("settings", {}).get(step_setting(arm)) if arm else None
     return found["median"] if found else None
 
 
-def tables(entries: Sequence[dict], arms: Sequence[ledger.Arm], timings: dict | None = None) -> list[str]:
+def tables(entries: Sequence[dict], arms: Sequence[Arm], timings: dict | None = None) -> list[str]:
     """The three tables: the paper's columns, issue 20's transfer and probe columns, the ω-probe."""
     groups = {r.label: row_entries(entries, r) for r in ROWS}
     timed = {r.label: row_timing(r, arms, timings) for r in ROWS}
@@ -269,7 +274,7 @@ def plot_omega(entries: Sequence[dict], path: str) -> str | None:
     return path
 
 
-def render(entries: Sequence[dict], arms: Sequence[ledger.Arm], picture_link: str | None,
+def render(entries: Sequence[dict], arms: Sequence[Arm], picture_link: str | None,
            ledger_label: str = "reproduce/ledger/", command: str = COMMAND, timings: dict | None = None) -> str:
     """The generated block: a function of the suite's ledger entries (and the suite's arm list) only."""
     done = {e["arm"] for e in entries}
@@ -294,7 +299,7 @@ def render(entries: Sequence[dict], arms: Sequence[ledger.Arm], picture_link: st
     if picture_link:
         out += [f"![omega_probe: rows × augmentations]({picture_link})", ""]
     if entries:
-        table, legend = ledger.wall_table(entries)
+        table, legend = wall_table(entries)
         out += ["Wall time, machines and commits:", "", table, "", "Machines:", *legend, ""]
     if pending:
         out += [f"{NOT_RUN.capitalize()} ({len(pending)} arm{'s' if len(pending) > 1 else ''}): "
@@ -318,34 +323,29 @@ def timing_note(timings: dict | None, ledger_label: str) -> str:
 def picture_link(entries: Sequence[dict], results_md: str, picture: str) -> str | None:
     if not omega_matrix(entries)[0]:
         return None
-    return os.path.relpath(os.path.abspath(picture), os.path.dirname(os.path.abspath(results_md))).replace(os.sep, "/")
+    return doc_blocks.relative_link(picture, results_md)
 
 
-def suite_of(ledger_dir: str, arms: Sequence[ledger.Arm]) -> list[dict]:
+def suite_of(ledger_dir: str, arms: Sequence[Arm]) -> list[dict]:
     """The ledger's entries of this suite at the budget of ``arms`` (another --epochs/--width is another table)."""
     budgets = {json.dumps(dataclasses.asdict(a.budget), sort_keys=True) for a in arms}
     return [e for e in ledger.suite_entries(ledger.load_entries(ledger_dir), SUITE)
             if not budgets or json.dumps(e["settings"]["budget"], sort_keys=True) in budgets]
 
 
-def report_block(ledger_dir: str, arms: Sequence[ledger.Arm], results_md: str, picture: str,
+def report_block(ledger_dir: str, arms: Sequence[Arm], results_md: str, picture: str,
                  command: str = COMMAND) -> str:
     """The block ``--suite=looc --report_only`` writes, from the ledger's entries of this suite alone."""
     entries = suite_of(ledger_dir, arms)
     label = os.path.relpath(os.path.abspath(ledger_dir), ledger.ROOT).replace(os.sep, "/") + "/"
     return render(entries, arms, picture_link(entries, results_md, picture), label, command,
-                  step_times.load(ledger_dir, SUITE))
+                  ledger.load_timings(ledger_dir, SUITE))
 
 
-def write_report(ledger_dir: str, arms: Sequence[ledger.Arm], results_md: str, picture: str,
+def write_report(ledger_dir: str, arms: Sequence[Arm], results_md: str, picture: str,
                  command: str = COMMAND) -> str:
     """Regenerates the heat map and the block between this suite's markers of ``results_md``; returns the block."""
     plot_omega(suite_of(ledger_dir, arms), picture)
     block = report_block(ledger_dir, arms, results_md, picture, command)
-    text = open(results_md).read() if os.path.exists(results_md) else ""
-    new = ledger.replace_block(text, block, BEGIN, END)
-    if new != text:
-        os.makedirs(os.path.dirname(os.path.abspath(results_md)), exist_ok=True)
-        with open(results_md, "w") as f:
-            f.write(new)
+    doc_blocks.write_block(results_md, block, BEGIN, END)
     return block

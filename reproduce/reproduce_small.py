@@ -13,11 +13,13 @@ evaluations with eval_main.py. Each finished arm writes reproduce/ledger/<arm id
 commit, machine, wall times, evaluation records and monitor curves; no weights); arms with an entry for
 the same settings are not run again. Run directories live under runs/reproduce_small/<name>-t<hash of the
 training settings> (not committed): an interrupted arm resumes from its checkpoint when the command runs
-again, and an arm whose evaluations changed keeps its training and redoes only the changed calls. The arms, the
-ledger schema and the report are in reproduce/ledger.py; running them in reproduce/ledger_runner.py.
-Two arm sets (``--suite``): ``main``, issue 20's (reproduce/ledger.py), and ``looc``, the paper's LooC
-comparison of issue 33 (arms in reproduce/looc_arms.py, report in reproduce/looc_report.py); each suite's
-report reads only its own entries and writes its own block of docs/results.md.
+again, and an arm whose evaluations changed keeps its training and redoes only the changed calls. What an arm
+is: reproduce/arm_settings.py; the ledger's entries: reproduce/ledger.py (schema in reproduce/ledger/README.md);
+running arms: reproduce/ledger_runner.py (run directories in run_directory.py, estimates in time_estimates.py).
+Two arm sets (``--suite``): ``main``, issue 20's (arms in reproduce/main_arms.py, report in
+reproduce/main_report.py), and ``looc``, the paper's LooC comparison of issue 33 (arms in reproduce/looc_arms.py,
+report in reproduce/looc_report.py); each suite's report reads only its own entries and writes its own block of
+docs/results.md.
 ``python -m reproduce.reproduce_small`` from the repository root is the same command.
 """
 
@@ -29,13 +31,29 @@ import signal
 import sys
 
 if __package__:  # python -m reproduce.reproduce_small, or imported as reproduce.reproduce_small (tests)
-    from reproduce import ledger, ledger_runner, looc_arms, looc_report, step_times
+    from reproduce import (
+        arm_settings,
+        ledger,
+        ledger_runner,
+        looc_arms,
+        looc_report,
+        main_arms,
+        main_report,
+        run_directory,
+        step_times,
+        time_estimates,
+    )
 else:  # python reproduce/reproduce_small.py: Python put reproduce/ first on sys.path
+    import arm_settings
     import ledger
     import ledger_runner
     import looc_arms
     import looc_report
+    import main_arms
+    import main_report
+    import run_directory
     import step_times
+    import time_estimates
 
 ROOT = ledger.ROOT
 
@@ -99,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         arms = looc_arms.quick_looc_arms() if args.quick else looc_arms.looc_table_arms(args.epochs, args.width)
         command, write_report = looc_report.COMMAND, looc_report.write_report
     else:
-        arms = ledger.quick_arms() if args.quick else ledger.default_arms(args.epochs, args.width)
-        command, write_report = ledger.COMMAND, ledger.write_report
+        arms = main_arms.quick_arms() if args.quick else main_arms.default_arms(args.epochs, args.width)
+        command, write_report = ledger.COMMAND, main_report.write_report
     command += " --quick" if args.quick else ""
     if args.report_only:
         block = write_report(args.ledger, arms, args.results_md, args.curves, command)
@@ -108,20 +126,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nwrote {args.results_md}" + (f" and {args.curves}" if "![" in block else ""))
         return 0
     try:
-        selected = ledger.select_arms(arms, args.arms)
+        selected = arm_settings.select_arms(arms, args.arms)
     except ValueError as e:
         print(f"reproduce_small: error: {e}", file=sys.stderr)
         return 2
-    ctx = ledger_runner.Context(root=ROOT, data_dir=os.path.abspath(args.data), out_dir=args.out,
+    ctx = run_directory.Context(root=ROOT, data_dir=os.path.abspath(args.data), out_dir=args.out,
                                 ledger_dir=args.ledger)
     if args.quick:
         ctx.poll_seconds = 1.0
     if args.list:
         entries = ledger.load_entries(args.ledger)
         for arm in selected:
-            est = None if ledger.has_entry(args.ledger, arm) else ledger_runner.estimate(arm, ctx, entries, False)
+            est = None if ledger.has_entry(args.ledger, arm) else time_estimates.estimate(arm, ctx, entries, False)
             left = "" if est is None else f"; ~{est.seconds / 60:.0f} min left ({est.why})"
-            print(f"{arm.name:32s} {arm.id}  {ledger_runner.status_line(arm, ctx)}{left}")
+            print(f"{arm.name:32s} {arm.id}  {run_directory.status_line(arm, ctx)}{left}")
         return 0
     signal.signal(signal.SIGTERM, _terminate)
     if args.time_steps:

@@ -5,70 +5,55 @@ rows trained on different days (or beside a test suite) cannot be compared by it
 arm of each setting (the seeds of a setting share its step) for ``steps`` steps, in ``rounds`` rounds that
 alternate the order (A B C, then C B A, ...), and keeps every figure and their median per setting, with the
 machine, the commit and the one-minute load average before each timing. Written to
-``<ledger>/timings/<suite>.json`` (committed beside the entries, outside the entries' folder level); the
-suite's report reads it.
+``<ledger>/timings/<suite>.json`` (:func:`ledger.timings_path`: committed beside the entries, outside the entries'
+folder level); the suite's report reads it with :func:`ledger.load_timings`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 from collections.abc import Sequence
 
 if __package__:  # imported as reproduce.step_times
-    from reproduce import ledger, ledger_runner
-    from reproduce.ledger import Arm
+    from reproduce import ledger, time_estimates
+    from reproduce.arm_settings import Arm, step_setting
+    from reproduce.provenance import git_info, machine_info
+    from reproduce.run_directory import Context
 else:  # python reproduce/reproduce_small.py put reproduce/ first on sys.path
     import ledger
-    import ledger_runner
-    from ledger import Arm
+    import time_estimates
+    from arm_settings import Arm, step_setting
+    from provenance import git_info, machine_info
+    from run_directory import Context
 
 STEPS = 40
 ROUNDS = 2
 
 
-def setting(arm: Arm) -> str:
-    """What decides a step's cost, by name: ``tiny-looc-color_rotation`` (the arm's name without its seed)."""
-    return f"{arm.data}-{arm.method}-{arm.variant}"
-
-
-def path(ledger_dir: str, suite: str) -> str:
-    return os.path.join(ledger_dir, "timings", f"{suite or 'main'}.json")
-
-
-def load(ledger_dir: str, suite: str) -> dict | None:
-    """The suite's timings, or None when it was never timed."""
-    try:
-        with open(path(ledger_dir, suite)) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return None
-
-
-def measure(arms: Sequence[Arm], ctx: ledger_runner.Context, suite: str, steps: int = STEPS,
+def measure(arms: Sequence[Arm], ctx: Context, suite: str, steps: int = STEPS,
             rounds: int = ROUNDS) -> dict:
     """Times every setting of ``arms`` (see the module docstring), writes and returns the record."""
     firsts: dict[str, Arm] = {}
     for arm in arms:
-        firsts.setdefault(setting(arm), arm)
+        firsts.setdefault(step_setting(arm), arm)
     order = list(firsts)
     figures: dict[str, list[dict]] = {name: [] for name in order}
     for r in range(rounds):
         for name in order if r % 2 == 0 else order[::-1]:
             load_1min = os.getloadavg()[0]
             ctx.log(f"timing {name}: round {r + 1}/{rounds}, {steps} steps (load average {load_1min:.2f})")
-            rate, _ = ledger_runner.timed_steps(firsts[name], ctx, steps, os.path.join(ctx.out_dir, "_timing", name))
+            rate, _ = time_estimates.timed_steps(firsts[name], ctx, steps, os.path.join(ctx.out_dir, "_timing", name))
             figures[name].append({"seconds_per_step": round(rate, 4), "load_before": round(load_1min, 2)})
             ctx.log(f"timing {name}: {rate:.3f} s/step")
     record = {
         "suite": suite or "main",
-        "machine": ledger_runner.machine_info(),
-        "git": ledger_runner.git_info(ctx.root),
+        "machine": machine_info(),
+        "git": git_info(ctx.root),
         "steps": steps,
         "rounds": rounds,
         "settings": {name: {"median": round(statistics.median(f["seconds_per_step"] for f in figures[name]), 4),
                             "timings": figures[name]} for name in order},
     }
-    ledger.write_json(path(ctx.ledger_dir, suite), record)
+    ledger.write_json(ledger.timings_path(ctx.ledger_dir, suite), record)
     return record

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import collections
+import graphlib
 import os
 
 from package_source import imported_modules, modules
@@ -79,3 +81,110 @@ def test_estimators_hold_no_savedmodel_or_dataset_code():
     wrong = [(m, n) for m, p in found.items() if _within(m, "augself_tf.evaluation.estimators")
              for n in imported_modules(m, p) if any(_within(n, b) for b in banned)]
     assert not wrong
+
+
+# ----------------------------------------------------------------------------------------------------
+# The reproduction (reproduce/): its modules are scripts' siblings, imported two ways (see reproduce/__init__.py)
+
+REPRODUCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reproduce")
+MAX_LINES = 400
+# Issue 22 lets the solver module stay whole (tests/test_settings.py holds the same exception for augself_tf/).
+LINE_LIMIT_EXCEPTIONS = {"augself_tf/evaluation/estimators/logreg.py"}
+# The command and the scripts: nothing imports them. The report side (arms, entries, reports) is a function of
+# the ledger's files and never imports the running side (run directories, child processes, estimates, timing).
+SCRIPTS = {"reproduce_small", "sweep", "plot_monitors", "probe_vs_head"}
+RUNNING = {"ledger_runner", "run_directory", "child_process", "provenance", "time_estimates", "step_times"}
+REPORTING = {"arm_settings", "main_arms", "looc_arms", "ledger", "seed_cells", "wall_table", "doc_blocks",
+             "main_report", "looc_report"}
+
+
+def _reproduce_modules() -> dict[str, str]:
+    """Module name (a script's sibling name) -> path, for every module of reproduce/ but its __init__."""
+    return {n[:-3]: os.path.join(REPRODUCE, n) for n in sorted(os.listdir(REPRODUCE))
+            if n.endswith(".py") and n != "__init__.py"}
+
+
+def _siblings(names: set[str], modules: set[str]) -> set[str]:
+    """The reproduce/ modules among imported names: ``reproduce.x`` (package) and ``x`` (script) both read as x."""
+    return {n.removeprefix("reproduce.").split(".")[0] for n in names
+            if n.removeprefix("reproduce.").split(".")[0] in modules and n != "reproduce"}
+
+
+def _branch_imports(path: str, modules: set[str]) -> list[tuple[int, set[str], set[str]]]:
+    """(line, what the package branch imports, what the script branch imports) of each ``if __package__:``
+    block, as sibling names: ``ledger``, ``arm_settings.Arm`` (``from reproduce import ledger`` and
+    ``import ledger`` both read ``ledger``)."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+
+    def local(name: str) -> str:
+        return "" if name == "reproduce" else name.removeprefix("reproduce.")
+
+    def names(body: list[ast.stmt]) -> set[str]:
+        out = set()
+        for node in body:
+            if isinstance(node, ast.Import):
+                out |= {local(a.name) for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = local(node.module or "")
+                out |= {f"{base}.{a.name}" if base else a.name for a in node.names}
+        return {n for n in out if n.split(".")[0] in modules}
+
+    return [(node.lineno, names(node.body), names(node.orelse)) for node in tree.body
+            if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "__package__"]
+
+
+def test_no_module_over_400_lines_in_the_package_or_the_reproduction():
+    root = os.path.dirname(REPRODUCE)
+    paths = list(modules().values()) + list(_reproduce_modules().values())
+    assert any(p.endswith(os.path.join("reproduce", "ledger.py")) for p in paths)  # the walk sees reproduce/
+    long = {}
+    for path in paths:
+        rel = os.path.relpath(path, root).replace(os.sep, "/")
+        with open(path, encoding="utf-8") as f:
+            n = sum(1 for _ in f)
+        if n > MAX_LINES and rel not in LINE_LIMIT_EXCEPTIONS:
+            long[rel] = n
+    assert long == {}
+
+
+def test_reproduction_imports_point_down_and_the_report_never_runs_anything():
+    """No import circle; no module imports a script; nothing the reports import, however indirectly, runs arms."""
+    found = _reproduce_modules()
+    assert REPORTING | RUNNING | SCRIPTS == set(found), "a new reproduce/ module: say which side it is on"
+    graph = {m: _siblings(imported_modules(f"reproduce.{m}", p), set(found)) - {m} for m, p in found.items()}
+    assert "arm_settings" in graph["main_report"] and "time_estimates" in graph["ledger_runner"]  # the reader works
+    tuple(graphlib.TopologicalSorter(graph).static_order())  # raises CycleError on an import circle
+    assert not {m: graph[m] & SCRIPTS for m in found if graph[m] & SCRIPTS}
+
+    def below(m: str, seen: set[str]) -> set[str]:
+        for n in graph[m] - seen:
+            seen.add(n)
+            below(n, seen)
+        return seen
+
+    assert not {m: below(m, set()) & RUNNING for m in REPORTING if below(m, set()) & RUNNING}
+
+
+def test_reproduction_modules_import_the_same_siblings_both_ways():
+    """``python reproduce/x.py`` takes the ``else:`` branch, tests and ``python -m`` the ``if __package__:`` one:
+    a name imported in one branch only works one way and fails the other."""
+    found = _reproduce_modules()
+    blocks = {m: _branch_imports(p, set(found)) for m, p in found.items()}
+    assert blocks["ledger_runner"] and blocks["ledger_runner"][0][1]  # the reader sees the blocks and their imports
+    differ = {(m, line): (package ^ script) for m, bs in blocks.items() for line, package, script in bs
+              if package != script}
+    assert differ == {}
+
+
+def test_reproduction_modules_that_import_augself_tf_import_the_ledger_module():
+    """``python reproduce/reproduce_small.py`` reads this checkout's augself_tf because reproduce/ledger.py puts the
+    checkout root on sys.path: every module of the command that imports augself_tf must import it (scripts that
+    run on their own are not bound by it)."""
+    found = _reproduce_modules()
+    graph = {m: _siblings(imported_modules(f"reproduce.{m}", p), set(found)) for m, p in found.items()}
+    uses = {m for m, p in found.items() if m not in SCRIPTS
+            and any(n.split(".")[0] == "augself_tf" for n in imported_modules(f"reproduce.{m}", p))}
+    assert {"main_report", "time_estimates"} <= uses  # the reader sees imports inside functions
+    assert {m for m in uses if m != "ledger" and "ledger" not in graph[m]} == set()
+    assert "ledger" in graph["reproduce_small"]

@@ -7,7 +7,18 @@ import os
 
 import pytest
 
-from reproduce import ledger, ledger_runner, looc_arms, looc_report, reproduce_small
+from reproduce import (
+    arm_settings,
+    doc_blocks,
+    ledger,
+    looc_arms,
+    looc_report,
+    main_arms,
+    main_report,
+    reproduce_small,
+    run_directory,
+    time_estimates,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MACHINE = {"cpu": "Test CPU @ 1GHz", "cores": 2, "python": "3.11.7", "tensorflow": "2.21.0", "keras": "3.15.1",
@@ -15,11 +26,11 @@ MACHINE = {"cpu": "Test CPU @ 1GHz", "cores": 2, "python": "3.11.7", "tensorflow
 GIT = {"commit": "0123456789abcdef0123456789abcdef01234567", "dirty": False}
 
 
-def arm(name: str) -> ledger.Arm:
+def arm(name: str) -> arm_settings.Arm:
     return next(a for a in looc_arms.looc_table_arms() if a.name == name)
 
 
-def entry(a: ledger.Arm, values: dict[tuple[str, str, str], float], rate: float = 0.4,
+def entry(a: arm_settings.Arm, values: dict[tuple[str, str, str], float], rate: float = 0.4,
           chance: dict[str, float] | None = None) -> dict:
     """A synthetic ledger entry of the schema in reproduce/ledger/README.md."""
     chance = chance or {}
@@ -72,7 +83,7 @@ def test_looc_arms_in_order_with_their_settings():
         "tiny-looc-color_rotation-s1", "tiny-looc-color_rotation-s2"]
     assert len({a.id for a in arms}) == len(arms)
     for a in arms:
-        assert a.budget == ledger.TINY_BUDGET and a.suite == "looc" and a.settings()["suite"] == "looc"
+        assert a.budget == arm_settings.TINY_BUDGET and a.suite == "looc" and a.settings()["suite"] == "looc"
         flags = dict(a.train_flags)
         assert flags["monitor"] == "auto" and flags["monitor_every"] == "2"
         assert (flags.get("queue_size") == "2048") is (a.method in ("moco", "looc"))
@@ -94,29 +105,29 @@ def test_looc_arms_in_order_with_their_settings():
 
 def test_issue_20s_arms_keep_their_ids_and_the_new_arms_differ():
     """The committed entries are issue 20's arms, unchanged by the suite field (absent from its settings)."""
-    ids = {a.id for a in ledger.default_arms()}
+    ids = {a.id for a in main_arms.default_arms()}
     committed = {e["arm"] for e in ledger.load_entries(os.path.join(REPO, "reproduce", "ledger"))
                  if "suite" not in e["settings"]}
     assert committed and committed <= ids
-    assert "suite" not in ledger.default_arms()[0].settings()
-    old, new = next(a for a in ledger.default_arms() if a.name == "tiny-moco-base-s0"), arm("tiny-moco-base-s0")
+    assert "suite" not in main_arms.default_arms()[0].settings()
+    old, new = next(a for a in main_arms.default_arms() if a.name == "tiny-moco-base-s0"), arm("tiny-moco-base-s0")
     assert old.name == new.name and old.id != new.id  # another evaluation list: another arm, run afresh
 
 
 def test_looc_estimate_is_mocos_step_times_the_benchmarked_ratio(tmp_path):
-    ctx = ledger_runner.Context(root=REPO, data_dir=str(tmp_path), out_dir=str(tmp_path / "runs"),
+    ctx = run_directory.Context(root=REPO, data_dir=str(tmp_path), out_dir=str(tmp_path / "runs"),
                                 ledger_dir=str(tmp_path / "ledger"), log=lambda m: None)
     moco = entry(arm("tiny-moco-base-s0"), {LIN: 20.0}, rate=0.4)
     for name, ratio in (("tiny-looc-color-s0", 1.24), ("tiny-looc-color_rotation-s0", 1.47)):
-        est = ledger_runner.estimate(arm(name), ctx, [moco], allow_probe=False)
+        est = time_estimates.estimate(arm(name), ctx, [moco], allow_probe=False)
         # The three backbone calls are MoCo's (measured: 60 s each); the three LooC++ calls are guessed.
-        calls = 3 * 60.0 + 3 * ledger_runner.EVAL_GUESS_SECONDS
-        assert est.seconds == pytest.approx(3240 * 0.4 * ratio + ledger_runner.STARTUP_SECONDS + calls)
+        calls = 3 * 60.0 + 3 * time_estimates.EVAL_GUESS_SECONDS
+        assert est.seconds == pytest.approx(3240 * 0.4 * ratio + time_estimates.STARTUP_SECONDS + calls)
         assert f"× {ratio} for LooC's N" in est.why
     # Once a LooC arm is in the ledger, its own rate is used.
     looc = entry(arm("tiny-looc-color-s0"), {LIN: 20.0}, rate=0.7)
-    est = ledger_runner.estimate(arm("tiny-looc-rotation-s0"), ctx, [moco, looc], allow_probe=False)
-    assert est.seconds == pytest.approx(3240 * 0.7 + ledger_runner.STARTUP_SECONDS + 6 * 60.0)
+    est = time_estimates.estimate(arm("tiny-looc-rotation-s0"), ctx, [moco, looc], allow_probe=False)
+    assert est.seconds == pytest.approx(3240 * 0.7 + time_estimates.STARTUP_SECONDS + 6 * 60.0)
 
 
 def _row(block: str, label: str, nth: int = 0) -> list[str]:
@@ -170,12 +181,12 @@ def test_time_steps_times_every_setting_back_to_back_and_the_table_reads_it(tmp_
     calls: list[str] = []
 
     def fake_timed_steps(a, ctx, steps, run):
-        name = step_times.setting(a)
+        name = arm_settings.step_setting(a)
         calls.append(name)
         return rates[name][sum(c == name for c in calls) - 1], 27
 
-    monkeypatch.setattr(ledger_runner, "timed_steps", fake_timed_steps)
-    ctx = ledger_runner.Context(root=REPO, data_dir=str(tmp_path), out_dir=str(tmp_path / "runs"),
+    monkeypatch.setattr(time_estimates, "timed_steps", fake_timed_steps)
+    ctx = run_directory.Context(root=REPO, data_dir=str(tmp_path), out_dir=str(tmp_path / "runs"),
                                 ledger_dir=str(tmp_path / "ledger"), log=lambda m: None)
     arms = [arm(n) for n in ("tiny-moco-base-s0", "tiny-moco-base-s1", "tiny-looc-color_rotation-s0",
                              "tiny-moco-augself-s0")]
@@ -184,7 +195,7 @@ def test_time_steps_times_every_setting_back_to_back_and_the_table_reads_it(tmp_
                      "tiny-moco-augself", "tiny-looc-color_rotation", "tiny-moco-base"]
     assert {k: v["median"] for k, v in record["settings"].items()} == {
         "tiny-moco-base": 0.21, "tiny-looc-color_rotation": 0.29, "tiny-moco-augself": 0.21}
-    assert step_times.load(ctx.ledger_dir, "looc") == record and ledger.load_entries(ctx.ledger_dir) == []
+    assert ledger.load_timings(ctx.ledger_dir, "looc") == record and ledger.load_entries(ctx.ledger_dir) == []
     block = looc_report.render(synthetic_entries(), looc_arms.looc_table_arms(), None, timings=record)
     assert _row(block, "MoCo v2")[2] == "0.21"
     assert _row(block, "LooC (color, rotation)")[2] == "0.29 (1.38×)"
@@ -202,25 +213,26 @@ def test_empty_ledger_report_is_whole():
 
 def test_report_only_is_deterministic_and_keeps_to_its_block(tmp_path):
     led = tmp_path / "ledger"
-    main_arms = ledger.default_arms()
-    main_entry = entry(main_arms[2], {("flowers17", "linear", "top1_%"): 30.0})
+    main_suite = main_arms.default_arms()
+    main_entry = entry(main_suite[2], {("flowers17", "linear", "top1_%"): 30.0})
     for e in [*synthetic_entries(), main_entry]:
         ledger.write_json(str(led / f"{e['arm']}.json"), e)
     doc, png = tmp_path / "results.md", tmp_path / "img" / "omega.png"
-    doc.write_text(f"# R\n{ledger.BEGIN}\nmain\n{ledger.END}\n\n{looc_report.BEGIN}\nold\n{looc_report.END}\n\nhand\n")
+    doc.write_text(f"# R\n{main_report.BEGIN}\nmain\n{main_report.END}\n\n"
+                   f"{looc_report.BEGIN}\nold\n{looc_report.END}\n\nhand\n")
     argv = ["--suite=looc", "--report_only", f"--ledger={led}", f"--results_md={doc}", f"--curves={png}"]
     assert reproduce_small.main(argv) == 0
     first, picture = doc.read_text(), png.read_bytes()
     assert reproduce_small.main(argv) == 0
     assert doc.read_text() == first and png.read_bytes() == picture and len(picture) > 5000
-    assert first.startswith(f"# R\n{ledger.BEGIN}\nmain\n{ledger.END}\n") and first.endswith("\n\nhand\n")
-    block = ledger.current_block(first, looc_report.BEGIN, looc_report.END)
+    assert first.startswith(f"# R\n{main_report.BEGIN}\nmain\n{main_report.END}\n") and first.endswith("\n\nhand\n")
+    block = doc_blocks.current_block(first, looc_report.BEGIN, looc_report.END)
     assert block == looc_report.report_block(str(led), looc_arms.looc_table_arms(), str(doc), str(png))
     assert "(img/omega.png)" in block and main_entry["arm"] not in block  # the main suite's entry is not read
     # ... and the main suite's report does not read this suite's entries.
-    main_block = ledger.render_block([main_entry], [a for a in main_arms if a.id != main_entry["arm"]], None,
-                                     ledger_label=os.path.relpath(led, ledger.ROOT) + "/")
-    assert ledger.report_block(str(led), main_arms, str(doc), str(tmp_path / "c.png")) == main_block
+    main_block = main_report.render_block([main_entry], [a for a in main_suite if a.id != main_entry["arm"]], None,
+                                          ledger_label=os.path.relpath(led, ledger.ROOT) + "/")
+    assert main_report.report_block(str(led), main_suite, str(doc), str(tmp_path / "c.png")) == main_block
 
 
 def test_quick_suite_arms_are_small():
@@ -237,5 +249,5 @@ def test_committed_looc_block_is_the_ledgers_report():
                                      os.path.join(REPO, "docs", "results.md"),
                                      os.path.join(REPO, "docs", "img", "looc_omega_probe.png"))
     with open(os.path.join(REPO, "docs", "results.md")) as f:
-        committed = ledger.current_block(f.read(), looc_report.BEGIN, looc_report.END)
+        committed = doc_blocks.current_block(f.read(), looc_report.BEGIN, looc_report.END)
     assert committed == block, "regenerate it: python reproduce/reproduce_small.py --suite=looc --report_only"

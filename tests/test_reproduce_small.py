@@ -13,7 +13,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from reproduce import ledger, ledger_runner
+from reproduce import (
+    arm_settings,
+    doc_blocks,
+    ledger,
+    ledger_runner,
+    main_arms,
+    main_report,
+    run_directory,
+    seed_cells,
+    time_estimates,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -25,14 +35,14 @@ MACHINE = {"cpu": "Test CPU @ 1GHz", "cores": 2, "python": "3.11.7", "tensorflow
 GIT = {"commit": "0123456789abcdef0123456789abcdef01234567", "dirty": False}
 
 
-def arm_of(method: str, augself: str, seed: int, condition: str = "none") -> ledger.Arm:
+def arm_of(method: str, augself: str, seed: int, condition: str = "none") -> arm_settings.Arm:
     """A tiny-imagenet arm of the default budget (seed 0's settings with this seed)."""
-    first = next(a for a in ledger.default_arms() if (a.data, a.method, a.augself, a.condition, a.seed)
+    first = next(a for a in main_arms.default_arms() if (a.data, a.method, a.augself, a.condition, a.seed)
                  == ("tiny", method, augself, condition, 0))
     return dataclasses.replace(first, seed=seed)
 
 
-def entry(arm: ledger.Arm, values: dict[tuple[str, str, str], float], *, seconds: float = 1200.0,
+def entry(arm: arm_settings.Arm, values: dict[tuple[str, str, str], float], *, seconds: float = 1200.0,
           rate: float = 0.37, monitors: dict | None = None, machine: dict = MACHINE, git: dict = GIT) -> dict:
     records = [{"model": arm.id, "protocol": p, "dataset": f"folder:$DATA/{c}", "metric": m, "value": v,
                 "ci95": None, "n_train": 10, "n_test": 10, "settings": {}, "seconds": 1.0, "call": c}
@@ -73,12 +83,12 @@ def seeded_simsiam_entries() -> list[dict]:
 
 
 def test_arm_ids_are_stable_names_of_their_settings():
-    arms = ledger.default_arms()
+    arms = main_arms.default_arms()
     assert len({a.id for a in arms}) == len(arms) and len({a.name for a in arms}) == len(arms)
     a = arms[2]
-    assert a.id == ledger.default_arms()[2].id  # the same settings, the same id, every time
-    assert a.id == f"{a.name}-{ledger.settings_hash(a.settings())}"
-    longer = ledger.default_arms(epochs=200)[2]
+    assert a.id == main_arms.default_arms()[2].id  # the same settings, the same id, every time
+    assert a.id == f"{a.name}-{arm_settings.settings_hash(a.settings())}"
+    longer = main_arms.default_arms(epochs=200)[2]
     assert longer.name == a.name and longer.id != a.id  # another budget is another arm
     names = [x.name for x in arms]
     for seed in (0, 1, 2):
@@ -99,18 +109,18 @@ def test_train_args_name_the_data_folder_and_condition_only_when_on():
     assert "--condition=crop,color" in cond.train_args("/data", "/runs/x")
     moco = arm_of("moco", "crop,color", 0).train_args("/d", "/r")
     assert "--queue_size=2048" in moco and "--augself=crop,color" in moco
-    assert ledger.dataset_spec("shapes", "/d") == "shapes"
+    assert arm_settings.dataset_spec("shapes", "/d") == "shapes"
 
 
 def test_select_arms_by_glob_on_name_or_id():
-    arms = ledger.default_arms()
-    picked = ledger.select_arms(arms, "tiny-simsiam-*-s1, shapes-*")
+    arms = main_arms.default_arms()
+    picked = arm_settings.select_arms(arms, "tiny-simsiam-*-s1, shapes-*")
     assert [a.name for a in picked] == ["shapes-moco-base-s0", "shapes-moco-augself-s0", "tiny-simsiam-base-s1",
                                         "tiny-simsiam-augself-s1"]
-    assert ledger.select_arms(arms, arms[3].id) == [arms[3]]
-    assert ledger.select_arms(arms, None) == arms
+    assert arm_settings.select_arms(arms, arms[3].id) == [arms[3]]
+    assert arm_settings.select_arms(arms, None) == arms
     with pytest.raises(ValueError, match="matches none"):
-        ledger.select_arms(arms, "tiny-simsiam-s9")
+        arm_settings.select_arms(arms, "tiny-simsiam-s9")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -119,15 +129,15 @@ def test_select_arms_by_glob_on_name_or_id():
 
 def test_mean_half_range_and_noise_rule():
     base, strong, weak = [60.0, 62.0, 61.0], [73.0, 72.0, 74.0], [61.5, 63.0, 60.0]
-    assert ledger.mean_half_range(base) == (pytest.approx(61.0), pytest.approx(1.0))
-    delta, noise = ledger.difference(strong, base)
+    assert seed_cells.mean_half_range(base) == (pytest.approx(61.0), pytest.approx(1.0))
+    delta, noise = seed_cells.difference(strong, base)
     assert delta == pytest.approx(12.0) and noise is False
-    delta, noise = ledger.difference(weak, base)  # |0.5| <= 1.5 + 1.0
+    delta, noise = seed_cells.difference(weak, base)  # |0.5| <= 1.5 + 1.0
     assert delta == pytest.approx(0.5) and noise is True
-    assert ledger.difference([70.0], base) == (pytest.approx(9.0), None)  # one seed: no spread to judge by
-    assert ledger.delta_cell(weak, base, "accuracy_%") == "+0.5 (noise)"
-    assert ledger.delta_cell(strong, base, "accuracy_%") == "+12.0"
-    assert ledger.cell([0.0584], "mse") == "0.0584" and ledger.cell(base, "top1_%") == "61.0 ± 1.0"
+    assert seed_cells.difference([70.0], base) == (pytest.approx(9.0), None)  # one seed: no spread to judge by
+    assert seed_cells.delta_cell(weak, base, "accuracy_%") == "+0.5 (noise)"
+    assert seed_cells.delta_cell(strong, base, "accuracy_%") == "+12.0"
+    assert seed_cells.cell([0.0584], "mse") == "0.0584" and seed_cells.cell(base, "top1_%") == "61.0 ± 1.0"
 
 
 def test_report_tables_seeds_paper_and_wall_time(tmp_path):
@@ -135,7 +145,7 @@ def test_report_tables_seeds_paper_and_wall_time(tmp_path):
     moco = [entry(arm_of("moco", a, 0), {FL: v, CP: w}, machine={**MACHINE, "cpu": "Other CPU"},
                   git={"commit": "fedcba9876" + "0" * 30, "dirty": True})
             for a, v, w in (("none", 50.0, 55.0), ("crop,color", 52.0, 58.0))]
-    block = ledger.render_block(entries + moco, [], "img/curves.png")
+    block = main_report.render_block(entries + moco, [], "img/curves.png")
     lines = block.splitlines()
     simsiam = lines.index("**SimSiam**")
     head = lines[simsiam + 2]
@@ -161,9 +171,9 @@ def test_report_tables_seeds_paper_and_wall_time(tmp_path):
     assert any(x.endswith("| B | fedcba9876-dirty |") for x in wall)
     assert "- A: 2 cores (Test CPU @ 1GHz), Python 3.11.7, TensorFlow 2.21.0" in lines
     assert "- B: 2 cores (Other CPU), Python 3.11.7, TensorFlow 2.21.0" in lines
-    png = ledger.plot_curves(entries + moco, str(tmp_path / "c.png"))
+    png = main_report.plot_curves(entries + moco, str(tmp_path / "c.png"))
     assert png and os.path.getsize(png) > 5000
-    assert ledger.plot_curves(moco, str(tmp_path / "none.png")) is None  # no monitor points: no picture
+    assert main_report.plot_curves(moco, str(tmp_path / "none.png")) is None  # no monitor points: no picture
 
 
 def test_report_from_a_ledger_dir_and_block_replacement(tmp_path):
@@ -172,20 +182,20 @@ def test_report_from_a_ledger_dir_and_block_replacement(tmp_path):
     for e in entries:
         ledger.write_json(str(led / f"{e['arm']}.json"), e)
     doc = tmp_path / "results.md"
-    doc.write_text(f"# Results\nintro\n\n{ledger.BEGIN}\nold\n{ledger.END}\n\nhand-written reading\n")
-    arms = ledger.default_arms()
-    block = ledger.write_report(str(led), arms, str(doc), str(tmp_path / "img" / "curves.png"))
+    doc.write_text(f"# Results\nintro\n\n{main_report.BEGIN}\nold\n{main_report.END}\n\nhand-written reading\n")
+    arms = main_arms.default_arms()
+    block = main_report.write_report(str(led), arms, str(doc), str(tmp_path / "img" / "curves.png"))
     text = doc.read_text()
     assert text.startswith("# Results\nintro\n") and text.endswith("\n\nhand-written reading\n")
-    assert ledger.current_block(text) == block and "old" not in block
+    assert doc_blocks.current_block(text, main_report.BEGIN, main_report.END) == block and "old" not in block
     assert "(img/curves.png)" in block and (tmp_path / "img" / "curves.png").stat().st_size > 5000
     pending = block.split("Arms not yet in the ledger: ")[1]
     assert "`tiny-moco-base-s0`" in pending and "`tiny-simsiam-base-s1`" not in pending
-    assert ledger.report_block(str(led), arms, str(doc), str(tmp_path / "img" / "curves.png")) == block
+    assert main_report.report_block(str(led), arms, str(doc), str(tmp_path / "img" / "curves.png")) == block
 
 
 def test_empty_ledger_block_says_how_to_fill_it(tmp_path):
-    block = ledger.render_block([], ledger.default_arms()[:2], None)
+    block = main_report.render_block([], main_arms.default_arms()[:2], None)
     assert "is empty" in block and "python reproduce/reproduce_small.py --report_only" in block
     assert "--time_budget=MINUTES" in block and "`shapes-moco-base-s0`" in block
 
@@ -233,8 +243,8 @@ def test_read_monitor_events_columns_per_epoch_resume_rewrites(tmp_path):
 # Run directories, estimates and the time budget
 
 
-def _ctx(tmp_path, logs: list[str]) -> ledger_runner.Context:
-    return ledger_runner.Context(root=REPO, data_dir=str(tmp_path / "data"), out_dir=str(tmp_path / "runs"),
+def _ctx(tmp_path, logs: list[str]) -> run_directory.Context:
+    return run_directory.Context(root=REPO, data_dir=str(tmp_path / "data"), out_dir=str(tmp_path / "runs"),
                                  ledger_dir=str(tmp_path / "ledger"), log=logs.append)
 
 
@@ -246,23 +256,23 @@ def _checkpoint(run: str, step: int) -> None:
 
 def test_checkpoint_step_steps_from_log_and_recovered_sessions(tmp_path):
     run = str(tmp_path / "run")
-    assert ledger_runner.checkpoint_step(run) == 0
+    assert run_directory.checkpoint_step(run) == 0
     _checkpoint(run, 540)
-    assert ledger_runner.checkpoint_step(run) == 540
+    assert run_directory.checkpoint_step(run) == 540
     log = "Pretraining ...\n  global batch 128 on 1 replica(s), 27 steps/epoch, 3240 steps, lr 0.03\n"
-    assert ledger_runner.steps_from_log(log) == (27, 3240) and ledger_runner.steps_from_log("nothing") is None
+    assert run_directory.steps_from_log(log) == (27, 3240) and run_directory.steps_from_log("nothing") is None
     # A driver killed without recording its session: its time is the last write minus its start.
     state = {"sessions": [{"started": time.time() - 100, "steps": [0, None], "seconds": None}], "evals": {},
              "trained": False}
     os.utime(os.path.join(run, "checkpoints", "checkpoint"))
-    ledger_runner.recover_sessions(run, state)
+    run_directory.recover_sessions(run, state)
     s = state["sessions"][0]
     assert s["interrupted"] and s["steps"] == [0, 540] and 99 <= s["seconds"] <= 130
 
 
 def test_lock_keeps_a_second_process_out_and_ignores_a_dead_one(tmp_path):
     run = str(tmp_path / "run")
-    first, second = ledger_runner.Lock(run), ledger_runner.Lock(run)
+    first, second = run_directory.Lock(run), run_directory.Lock(run)
     assert first.acquire()
     with open(first.path, "w") as f:  # as if another live process (the test's parent) held it
         f.write(f"{__import__('socket').gethostname()} {os.getppid()}\n")
@@ -281,21 +291,21 @@ def test_estimate_uses_ledger_rates_then_the_arms_own_sessions(tmp_path):
     ctx = _ctx(tmp_path, logs)
     done = entry(arm_of("simsiam", "none", 0), {CP: 60.0}, rate=0.5)
     arm = arm_of("simsiam", "crop,color", 1)
-    est = ledger_runner.estimate(arm, ctx, [done], allow_probe=False)
+    est = time_estimates.estimate(arm, ctx, [done], allow_probe=False)
     # 27 steps/epoch × 120 epochs × 0.5 s, plus a start-up, plus the 4 evaluation calls measured at 75 s each
-    assert est.seconds == pytest.approx(3240 * 0.5 + ledger_runner.STARTUP_SECONDS + 4 * 75.0)
+    assert est.seconds == pytest.approx(3240 * 0.5 + time_estimates.STARTUP_SECONDS + 4 * 75.0)
     assert "ledger" in est.why
     # Half trained here at 0.4 s/step, one evaluation call guessed (none like it measured):
     run = ctx.run_dir(arm)
     _checkpoint(run, 1620)
-    ledger_runner.save_state(run, {"sessions": [{"started": 0, "steps": [0, 1620], "seconds": 648.0,
+    run_directory.save_state(run, {"sessions": [{"started": 0, "steps": [0, 1620], "seconds": 648.0,
                                                  "interrupted": True}], "evals": {}, "trained": False,
                                    "steps_per_epoch": 27})
-    est = ledger_runner.estimate(arm, ctx, [], allow_probe=False)
-    guess = ledger_runner.EVAL_GUESS_SECONDS
-    assert est.seconds == pytest.approx(1620 * 0.4 + ledger_runner.STARTUP_SECONDS + 4 * guess)
+    est = time_estimates.estimate(arm, ctx, [], allow_probe=False)
+    guess = time_estimates.EVAL_GUESS_SECONDS
+    assert est.seconds == pytest.approx(1620 * 0.4 + time_estimates.STARTUP_SECONDS + 4 * guess)
     assert "this arm's earlier sessions" in est.why and "guessed" in est.why
-    assert ledger_runner.estimate(arm_of("moco", "none", 0), ctx, [], allow_probe=False) is None
+    assert time_estimates.estimate(arm_of("moco", "none", 0), ctx, [], allow_probe=False) is None
 
 
 def test_time_budget_skips_arms_that_would_not_finish(tmp_path):
@@ -330,7 +340,7 @@ def test_a_killed_command_stops_the_run_a_failed_one_does_not(tmp_path, ending):
     if killed:
         signame = "SIGKILL" if "-9" in ending else "SIGTERM"
         assert f"train_main was killed by {signame}" in logs[-1] and "stopping here" in logs[-1]
-        state = ledger_runner.load_state(ctx.run_dir(arms[0]))
+        state = run_directory.load_state(ctx.run_dir(arms[0]))
         assert state["sessions"][-1]["exit_status"] < 0 and not state["trained"]
 
 
@@ -368,7 +378,8 @@ def test_a_changed_evaluation_reevaluates_without_training_again(tmp_path, monke
     ctx = _ctx(tmp_path, logs)
     ctx.python, ctx.poll_seconds = str(fake), 0.05
     first = dataclasses.replace(arm_of("simsiam", "none", 0), evals=(
-        ledger.EvalCall("a", "linear", "flowers17", 64), ledger.EvalCall("b", "colorperm", "flowers17", 64)))
+        arm_settings.EvalCall("a", "linear", "flowers17", 64),
+        arm_settings.EvalCall("b", "colorperm", "flowers17", 64)))
     os.makedirs(os.path.join(ctx.out_dir, first.id))  # where runs lived before: the full id
     assert ledger_runner.run_arms([first], ctx)["done"] == [first.name]
     assert os.path.isdir(ctx.run_dir(first)) and not os.path.exists(os.path.join(ctx.out_dir, first.id))
@@ -401,7 +412,7 @@ def test_quick_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     print(f"--quick took {seconds:.0f} s")
     entries = ledger.load_entries(str(out / "ledger"))
-    arms = ledger.quick_arms()
+    arms = main_arms.quick_arms()
     assert sorted(e["arm"] for e in entries) == sorted(a.id for a in arms)
     for e, arm in zip(sorted(entries, key=lambda e: e["arm"]), sorted(arms, key=lambda a: a.id), strict=True):
         assert e["settings"] == arm.settings() and e["schema"] == ledger.SCHEMA
@@ -417,7 +428,7 @@ def test_quick_end_to_end(tmp_path):
         command = e["training"]["command"]
         assert command[:2] == ["python", "train_main.py"] and "--model_dir=$RUN" in command
         assert not any(str(tmp_path) in json.dumps(x) for x in (e["records"], e["training"]["command"]))
-    block = ledger.current_block((out / "results.md").read_text())
+    block = doc_blocks.current_block((out / "results.md").read_text(), main_report.BEGIN, main_report.END)
     assert "shapes-moco-augself-s0" in block and "| shapes linear | top1 % |" in block
     assert (out / "curves.png").stat().st_size > 5000
     again = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
@@ -427,9 +438,9 @@ def test_quick_end_to_end(tmp_path):
 
 def test_committed_results_block_is_the_ledgers_report():
     """docs/results.md's generated block is what --report_only makes of the committed ledger."""
-    block = ledger.report_block(os.path.join(REPO, "reproduce", "ledger"), ledger.default_arms(),
+    block = main_report.report_block(os.path.join(REPO, "reproduce", "ledger"), main_arms.default_arms(),
                                 os.path.join(REPO, "docs", "results.md"),
                                 os.path.join(REPO, "docs", "img", "reproduce_small_curves.png"))
     with open(os.path.join(REPO, "docs", "results.md")) as f:
-        committed = ledger.current_block(f.read())
+        committed = doc_blocks.current_block(f.read(), main_report.BEGIN, main_report.END)
     assert committed == block, "regenerate it: python reproduce/reproduce_small.py --report_only"

@@ -1,0 +1,218 @@
+"""An arm of the ledger and its settings: what one pretraining run and its evaluations are, and the id they hash to.
+
+An *arm* is one pretraining run plus its evaluations: data, method, AugSelf set, conditioning set, seed and
+budget. Its *settings* (everything that decides its numbers) hash to a stable id, the file name of its ledger
+entry (reproduce/ledger.py). Here too: the budgets and monitor flags both arm sets share (issue 20's in
+reproduce/main_arms.py, the LooC table's in reproduce/looc_arms.py), choosing arms by glob (``--arms``), and the
+order the reports list entries in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+
+# Logical dataset names: a spec is made from them with the data directory of the machine (--data), so
+# neither an arm's id nor its ledger entry depends on where the images live.
+FOLDER_DATASETS = ("tiny-imagenet-mini", "cifar10-mini", "flowers17")
+DATA_NAMES = {"tiny": "tiny-imagenet-mini", "shapes": "shapes"}
+DEFAULT_SET = "crop,color"
+
+
+def dataset_spec(name: str, data_dir: str) -> str:
+    """The dataset flag of a logical name: ``folder:<data_dir>/<name>`` for the shared folders, else as is."""
+    return f"folder:{os.path.join(data_dir, name)}" if name in FOLDER_DATASETS else name
+
+
+# ----------------------------------------------------------------------------------------------------
+# An arm and its id
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """The compute of one pretraining run (``max_steps`` only for smoke runs)."""
+
+    epochs: int
+    width: float
+    image_size: int
+    batch_size: int
+    backbone: str
+    max_steps: int | None = None
+
+    def describe(self) -> str:
+        """``resnet18 width 0.25, 64 px, batch 128, 120 epochs``."""
+        text = (f"{self.backbone} width {self.width:g}, {self.image_size} px, batch {self.batch_size}, "
+                f"{self.epochs} epochs")
+        return text + (f" (at most {self.max_steps} steps)" if self.max_steps else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalCall:
+    """One eval_main call on an arm's SavedModel; its records are tagged with ``name``."""
+
+    name: str
+    protocols: str
+    dataset: str  # logical name (see dataset_spec)
+    image_size: int
+    flags: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """``<name>-<8 hex digits of the call's hash>``: where a run directory keeps the call's output, so a call
+        whose flags change is redone while the others (and the training) are kept."""
+        return f"{self.name}-{settings_hash(dataclasses.asdict(self) | {'flags': list(self.flags)})}"
+
+    def args(self, data_dir: str) -> list[str]:
+        """eval_main arguments except --saved_model and --output."""
+        return [f"--protocol={self.protocols}", f"--dataset={dataset_spec(self.dataset, data_dir)}",
+                f"--image_size={self.image_size}", *self.flags]
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """One pretraining run and its evaluations.
+
+    ``augself`` and ``condition`` are comma lists of ω names or ``none``; ``train_flags`` are further
+    train_main flags that change the result (queue size, monitor cadence, LooC's left-out set), as (name, value)
+    pairs. ``suite`` names the arm set the arm belongs to ("" = issue 20's; "looc" = issue 33's): it is in the
+    settings (and so the id) only when not empty, and each suite's report reads only its own entries.
+    """
+
+    data: str
+    method: str
+    augself: str
+    condition: str
+    seed: int
+    budget: Budget
+    evals: tuple[EvalCall, ...]
+    train_flags: tuple[tuple[str, str], ...] = ()
+    suite: str = ""
+
+    @property
+    def variant(self) -> str:
+        """``base``, ``augself``, ``cond``, ``augself+cond`` (with the set when it is not crop,color); for LooC
+        its left-out set (``color_rotation``), with ``+augself`` when AugSelf is on too."""
+        parts = []
+        if self.method == "looc":
+            parts.append(dict(self.train_flags).get("looc_augmentations", "default").replace(",", "_"))
+        for label, value in (("augself", self.augself), ("cond", self.condition)):
+            if value != "none":
+                parts.append(label if value == DEFAULT_SET else f"{label}_{value.replace(',', '_')}")
+        return "+".join(parts) or "base"
+
+    @property
+    def name(self) -> str:
+        """Readable name, what ``--arms`` globs match: ``tiny-simsiam-augself-s0``."""
+        return f"{self.data}-{self.method}-{self.variant}-s{self.seed}"
+
+    def settings(self) -> dict:
+        """Everything that decides the arm's numbers, as plain JSON (what the id hashes)."""
+        return {
+            "data": self.data,
+            "dataset": DATA_NAMES[self.data],
+            "split": "train",
+            "method": self.method,
+            "augself": self.augself,
+            "condition": self.condition,
+            "seed": self.seed,
+            "budget": dataclasses.asdict(self.budget),
+            "train_flags": dict(self.train_flags),
+            "evals": [dataclasses.asdict(e) | {"flags": list(e.flags)} for e in self.evals],
+        } | ({"suite": self.suite} if self.suite else {})
+
+    @property
+    def id(self) -> str:
+        """``<name>-<8 hex digits of the settings' hash>``: the file name of its ledger entry."""
+        return f"{self.name}-{settings_hash(self.settings())}"
+
+    @property
+    def train_id(self) -> str:
+        """``<name>-<8 hex digits of the training settings' hash>``: its run directory. The evaluations and the
+        suite are left out, so arms that train alike share one training, and a changed evaluation list
+        re-evaluates a trained arm instead of training it again."""
+        train = {k: v for k, v in self.settings().items() if k not in ("evals", "suite")}
+        return f"{self.name}-t{settings_hash(train)}"
+
+    def train_args(self, data_dir: str, model_dir: str) -> list[str]:
+        """train_main arguments (``--condition`` only when conditioning is on, so older code still runs)."""
+        b = self.budget
+        args = [f"--method={self.method}", f"--augself={self.augself}", f"--seed={self.seed}",
+                f"--dataset={dataset_spec(DATA_NAMES[self.data], data_dir)}", "--split=train",
+                f"--backbone={b.backbone}", f"--width={b.width}", f"--image_size={b.image_size}",
+                f"--batch_size={b.batch_size}", f"--epochs={b.epochs}", f"--model_dir={model_dir}"]
+        if self.condition != "none":
+            args.append(f"--condition={self.condition}")
+        if b.max_steps:
+            args.append(f"--max_steps={b.max_steps}")
+        args += [f"--{k}={v}" for k, v in self.train_flags]
+        return args
+
+
+def step_setting(arm: Arm) -> str:
+    """What decides a training step's cost, by name: ``tiny-looc-color_rotation`` (the arm's name without its
+    seed). ``--time_steps`` times one arm per step setting, and the LooC table reads its rows' times by it."""
+    return f"{arm.data}-{arm.method}-{arm.variant}"
+
+
+def settings_hash(settings: dict) -> str:
+    """8 hex digits of the SHA-256 of the settings' canonical JSON."""
+    text = json.dumps(settings, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+# ----------------------------------------------------------------------------------------------------
+# What both arm sets share
+
+TINY_BUDGET = Budget(epochs=120, width=0.25, image_size=64, batch_size=128, backbone="resnet18")
+QUICK_BUDGET = Budget(epochs=1, width=0.0625, image_size=32, batch_size=32, backbone="resnet18_cifar", max_steps=2)
+# The paper's 65536-key queue is 0.62x STL10's 105k images; on these few thousand images a queue that long
+# fills with stale keys of the very images it contrasts against (docs/results.md, "MoCo queue").
+MOCO_QUEUE = 2048
+MONITOR_FLAGS = (("monitor", "auto"), ("monitor_every", "2"))
+QUICK_MONITOR_FLAGS = (("monitor", "auto"), ("monitor_every", "1"), ("monitor_bank_size", "64"),
+                       ("monitor_query_size", "32"))
+
+
+def select_arms(arms: Sequence[Arm], patterns: str | None) -> list[Arm]:
+    """The arms whose name or id matches one of the comma-separated globs (all arms for None/empty).
+
+    Raises:
+      ValueError: a pattern that matches no arm (a typo would otherwise run nothing, silently).
+    """
+    globs = [p.strip() for p in (patterns or "").split(",") if p.strip()]
+    if not globs:
+        return list(arms)
+    for g in globs:
+        if not any(fnmatch.fnmatchcase(a.name, g) or fnmatch.fnmatchcase(a.id, g) for a in arms):
+            raise ValueError(f"--arms: {g!r} matches none of: {', '.join(a.name for a in arms)}")
+    return [a for a in arms if any(fnmatch.fnmatchcase(a.name, g) or fnmatch.fnmatchcase(a.id, g) for g in globs)]
+
+
+# ----------------------------------------------------------------------------------------------------
+# The order reports list entries in
+
+VARIANT_ORDER = ("base", "augself", "cond", "augself+cond")
+DATA_ORDER = ("tiny", "shapes")
+METHOD_ORDER = ("simsiam", "moco", "byol", "simclr", "swav")
+
+
+def _order(seq: Sequence[str], item: str) -> tuple[int, str]:
+    return (seq.index(item) if item in seq else len(seq), item)
+
+
+def variant_of(settings: dict) -> str:
+    """The :attr:`Arm.variant` of an entry's settings without its train flags (so every LooC entry reads ``base``:
+    the main suite's report and the wall-time table order entries by it; looc_report has its own reading)."""
+    return Arm(settings["data"], settings["method"], settings["augself"], settings["condition"], 0,
+               Budget(**settings["budget"]), ()).variant
+
+
+def sort_key(entry: dict) -> tuple:
+    """Entries in report order: data, budget, method, variant, seed."""
+    s = entry["settings"]
+    return (_order(DATA_ORDER, s["data"]), json.dumps(s["budget"], sort_keys=True), _order(METHOD_ORDER, s["method"]),
+            _order(VARIANT_ORDER, variant_of(s)), s["seed"], entry["arm"])
