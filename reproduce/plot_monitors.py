@@ -14,7 +14,12 @@ import argparse
 import os
 import sys
 
-from augself_tf.startup import import_tensorflow_quietly
+if __package__:  # python -m reproduce.plot_monitors
+    from reproduce import ledger  # noqa: F401  (puts this checkout's augself_tf first on sys.path)
+else:  # python reproduce/plot_monitors.py
+    import ledger  # noqa: F401
+
+from augself_tf.startup import import_tensorflow_quietly  # noqa: E402
 
 
 def read_monitors(run_dir: str) -> dict[str, list[tuple[int, float]]]:

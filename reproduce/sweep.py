@@ -33,6 +33,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # run as `python reproduce/sweep.py`: read this checkout's configs, not an installed one
+    sys.path.insert(1, ROOT)
 
 # Toy scale: the embedded shapes data, a 1/16-width CIFAR ResNet-18, two steps.
 QUICK_TRAIN = [
