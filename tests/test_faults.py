@@ -1,12 +1,12 @@
 """Faults a long run meets, injected into tiny runs (issue 29): each ends in a resume that loses at most the steps
 since the last save, or in one clear line and a non-zero exit; none in exit 0 with a wrong result, none in a
-traceback. Every scenario runs `train_main.py` in its own process on a tiny MoCo + AugSelf model, except those
-that test a function's truth directly (the folder listing, the epoch order, the logged lr, the advice)."""
+traceback. Every scenario runs `train_main.py` in its own process on a tiny MoCo + AugSelf model (those that end
+on their own forked after one shared import of the program, tests/program_runs.py), except those that test a
+function's truth directly (the folder listing, the epoch order, the logged lr, the advice)."""
 
 from __future__ import annotations
 
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -32,10 +32,10 @@ TINY = ("--method=moco", "--augself=crop,color", "--dataset=shapes", "--width=0.
         "--noexport", "--log_every=1")
 
 
-def _run(model_dir, *args, timeout: float = 600, **popen) -> subprocess.CompletedProcess:
+def _run(model_dir, *args, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, os.path.join(ROOT, "train_main.py"), *TINY, f"--model_dir={model_dir}",
                            *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}, **popen)
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"})
 
 
 def _error_line(proc: subprocess.CompletedProcess, code: int) -> str:
@@ -73,14 +73,96 @@ def _bytes(path: str) -> bytes:
         return f.read()
 
 
+# Every scenario that ends on its own (a resume, a refusal, a divergence, a full disk, a bad flag) is train_main.py
+# in a process of its own, forked after one import of the program (tests/program_runs.py): importing TensorFlow
+# was most of each scenario's seconds. The damage is done to copies of the trained run before the forks.
+MISSING = ["ckpt-6.index", "checkpoint"]
+DAMAGES = ["truncate", "bitflip"]
+LRS = ["1e6", "1e30"]
+FULL_DISK_BYTES = 1_000_000  # the checkpoint's data file is 5.4 MB
+# 7. run.json guard gaps: one line naming the file.
+RUN_JSON_CASES = [
+    (None, "run.json is missing"),
+    ("[1, 2, 3]", "is not a run settings file"),
+    ("not json", "cannot be read as run settings"),
+]
+# 8. Every bad flag: exit 2 and one line.
+BAD_FLAG_CASES = [
+    (["--method=MoCo"], "--method=MoCo"),
+    (["--no_such_flag=1"], "no_such_flag"),
+    (["--lr=-1"], "--lr must be positive"),
+    (["--lr=nan"], "--lr must be a finite number"),
+    (["--augself_weight=inf"], "--augself_weight must be a finite number"),
+    (["--image_size=100000"], "--image_size must be at most"),
+    (["--model_dir=FILE"], "is a file"),
+    (["--model_dir=/proc/augself_run"], "is not writable"),
+]
+
+
+@pytest.fixture(scope="module")
+def runs(trained, tmp_path_factory) -> dict:
+    """train_main.py on every scenario below, each its own process: {key: (CompletedProcess, run dir, extra)},
+    where extra is what the scenario recorded before its run (the older checkpoints' bytes, run.json's path)."""
+    tmp = tmp_path_factory.mktemp("scenarios")
+    (tmp / "FILE").write_text("x")
+    cases, dirs, extra, limits = {}, {}, {}, {}
+
+    def copy(key) -> str:
+        run = dirs[key] = str(tmp / "_".join(map(str, key)))
+        shutil.copytree(trained, run)
+        return run
+
+    for missing in MISSING:
+        run = copy(("missing", missing))
+        ckpts = os.path.join(run, "checkpoints")
+        os.remove(os.path.join(ckpts, missing))
+        extra[("missing", missing)] = {n: _bytes(os.path.join(ckpts, n))
+                                       for n in ("ckpt-2.data-00000-of-00001", "ckpt-4.data-00000-of-00001")}
+        # the older code restarted at 0 and rewrote ckpt-2 and ckpt-4 here
+        cases[("missing", missing)] = [*TINY, f"--model_dir={run}", "--max_steps=4"]
+    for damage in DAMAGES:
+        run = copy(("damaged", damage))
+        data = os.path.join(run, "checkpoints", "ckpt-6.data-00000-of-00001")
+        content = bytearray(_bytes(data))
+        if damage == "truncate":
+            content = content[: len(content) // 2]
+        else:
+            content[len(content) // 2] ^= 0x10
+        with open(data, "wb") as f:
+            f.write(content)
+        os.makedirs(os.path.join(run, "checkpoints", "ckpt-8_temp"))  # what a kill -9 during a save leaves
+        cases[("damaged", damage)] = [*TINY, f"--model_dir={run}", "--max_steps=4"]
+    run = copy(("no_intact",))
+    for step in (2, 4, 6):
+        os.remove(os.path.join(run, "checkpoints", f"ckpt-{step}.index"))
+    cases[("no_intact",)] = [*TINY, f"--model_dir={run}", "--max_steps=4"]
+    for lr in LRS:
+        run = dirs[("diverge", lr)] = str(tmp / f"diverge{lr}")
+        cases[("diverge", lr)] = [*TINY, f"--model_dir={run}", f"--lr={lr}", "--max_steps=6", "--checkpoint_every=1"]
+    run = dirs[("full_disk",)] = str(tmp / "full_disk")
+    limits[len(cases)] = FULL_DISK_BYTES
+    cases[("full_disk",)] = [*TINY, f"--model_dir={run}", "--max_steps=2", "--checkpoint_every=1"]
+    for i, (content, _) in enumerate(RUN_JSON_CASES):
+        run = copy(("json", i))
+        path = extra[("json", i)] = os.path.join(run, "run.json")
+        os.remove(path)
+        if content is not None:
+            with open(path, "w") as f:
+                f.write(content)
+        cases[("json", i)] = [*TINY, f"--model_dir={run}", "--max_steps=4", "--width=0.125"]
+    for i, (args, _) in enumerate(BAD_FLAG_CASES):
+        args = [a.replace("FILE", str(tmp / "FILE")) for a in args]
+        cases[("flag", i)] = [*TINY, f"--model_dir={tmp / f'run{i}'}", *args]
+    procs = run_program(os.path.join(ROOT, "train_main.py"), list(cases.values()), cwd=ROOT, max_file_bytes=limits,
+                        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"})
+    return {key: (proc, dirs.get(key), extra.get(key)) for key, proc in zip(cases, procs, strict=True)}
+
+
 # 1. A missing index or state file must not restart the run at step 0 over the older checkpoints.
-@pytest.mark.parametrize("missing", ["ckpt-6.index", "checkpoint"])
-def test_missing_checkpoint_file_resumes_from_the_files_present(trained, tmp_path, missing):
-    run = _copy(trained, tmp_path)
+@pytest.mark.parametrize("missing", MISSING)
+def test_missing_checkpoint_file_resumes_from_the_files_present(runs, missing):
+    proc, run, older = runs[("missing", missing)]
     ckpts = os.path.join(run, "checkpoints")
-    os.remove(os.path.join(ckpts, missing))
-    older = {n: _bytes(os.path.join(ckpts, n)) for n in ("ckpt-2.data-00000-of-00001", "ckpt-4.data-00000-of-00001")}
-    proc = _run(run, "--max_steps=4")  # the older code restarted at 0 and rewrote ckpt-2 and ckpt-4 here
     assert proc.returncode == 0, proc.stderr[-3000:]
     resumed = "ckpt-4" if missing == "ckpt-6.index" else "ckpt-6"
     assert f"Resumed from {os.path.join(ckpts, resumed)}" in proc.stdout
@@ -94,19 +176,10 @@ def test_missing_checkpoint_file_resumes_from_the_files_present(trained, tmp_pat
 
 
 # 4. A damaged newest checkpoint falls back to the older intact one, naming the bad file.
-@pytest.mark.parametrize("damage", ["truncate", "bitflip"])
-def test_damaged_newest_checkpoint_falls_back_to_the_older_intact_one(trained, tmp_path, damage):
-    run = _copy(trained, tmp_path)
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_damaged_newest_checkpoint_falls_back_to_the_older_intact_one(runs, damage):
+    proc, run, _ = runs[("damaged", damage)]
     data = os.path.join(run, "checkpoints", "ckpt-6.data-00000-of-00001")
-    content = bytearray(_bytes(data))
-    if damage == "truncate":
-        content = content[: len(content) // 2]
-    else:
-        content[len(content) // 2] ^= 0x10
-    with open(data, "wb") as f:
-        f.write(content)
-    os.makedirs(os.path.join(run, "checkpoints", "ckpt-8_temp"))  # what a kill -9 during a save leaves
-    proc = _run(run, "--max_steps=4")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     assert f"Checkpoint {data[: -len('.data-00000-of-00001')]} is not usable" in proc.stdout, proc.stdout
@@ -114,20 +187,17 @@ def test_damaged_newest_checkpoint_falls_back_to_the_older_intact_one(trained, t
     assert not os.path.exists(os.path.join(run, "checkpoints", "ckpt-8_temp"))
 
 
-def test_no_intact_checkpoint_is_one_line_not_a_fresh_start(trained, tmp_path):
-    run = _copy(trained, tmp_path)
-    for step in (2, 4, 6):
-        os.remove(os.path.join(run, "checkpoints", f"ckpt-{step}.index"))
-    line = _error_line(_run(run, "--max_steps=4"), 1)
+def test_no_intact_checkpoint_is_one_line_not_a_fresh_start(runs):
+    line = _error_line(runs[("no_intact",)][0], 1)
     assert "no intact checkpoint" in line and "ckpt-6" in line and "ckpt-2" in line
 
 
 # 2 and 3. Divergence with a finite loss is caught from the weights and BN statistics; no checkpoint written
 # from such a state, and the "last good checkpoint" named really is sound.
-@pytest.mark.parametrize("lr", ["1e6", "1e30"])
-def test_divergence_stops_without_saving_a_diverged_state(tmp_path, lr):
-    run = str(tmp_path / "run")
-    line = _error_line(_run(run, f"--lr={lr}", "--max_steps=6", "--checkpoint_every=1"), 2)
+@pytest.mark.parametrize("lr", LRS)
+def test_divergence_stops_without_saving_a_diverged_state(runs, lr):
+    proc, run, _ = runs[("diverge", lr)]
+    line = _error_line(proc, 2)
     assert "diverged" in line or "NaN" in line
     assert "--lr" in line and "--augself_weight" not in line
     ckpts = os.path.join(run, "checkpoints")
@@ -140,14 +210,9 @@ def test_divergence_stops_without_saving_a_diverged_state(tmp_path, lr):
 
 
 # 4. A full disk: one line, and the partial ckpt-N_temp is removed (a file-size limit stands in for the disk).
-def test_full_disk_is_one_line_and_leaves_no_partial_checkpoint(tmp_path):
-    run = str(tmp_path / "run")
-
-    def small_files():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG, as ENOSPC does
-        resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))  # the data file is 5.4 MB
-
-    line = _error_line(_run(run, "--max_steps=2", "--checkpoint_every=1", preexec_fn=small_files), 1)
+def test_full_disk_is_one_line_and_leaves_no_partial_checkpoint(runs):
+    proc, run, _ = runs[("full_disk",)]
+    line = _error_line(proc, 1)
     assert "could not write checkpoint" in line and "ckpt-1" in line
     assert os.listdir(os.path.join(run, "checkpoints")) == []
 
@@ -195,53 +260,10 @@ def test_folder_symlink_loop_lists_every_file_once(tmp_path):
     assert len(real) == len(set(real)) == 20
 
 
-# 7. run.json guard gaps: one line naming the file.
-RUN_JSON_CASES = [
-    (None, "run.json is missing"),
-    ("[1, 2, 3]", "is not a run settings file"),
-    ("not json", "cannot be read as run settings"),
-]
-# 8. Every bad flag: exit 2 and one line.
-BAD_FLAG_CASES = [
-    (["--method=MoCo"], "--method=MoCo"),
-    (["--no_such_flag=1"], "no_such_flag"),
-    (["--lr=-1"], "--lr must be positive"),
-    (["--lr=nan"], "--lr must be a finite number"),
-    (["--augself_weight=inf"], "--augself_weight must be a finite number"),
-    (["--image_size=100000"], "--image_size must be at most"),
-    (["--model_dir=FILE"], "is a file"),
-    (["--model_dir=/proc/augself_run"], "is not writable"),
-]
-
-
-@pytest.fixture(scope="module")
-def one_line_runs(trained, tmp_path_factory) -> dict:
-    """train_main.py on every run.json and bad-flag case, each its own process forked after one import of the
-    program (tests/program_runs.py): {(kind, i): (CompletedProcess, run.json path or None)}."""
-    tmp = tmp_path_factory.mktemp("one_line")
-    (tmp / "FILE").write_text("x")
-    cases, paths = {}, {}
-    for i, (content, _) in enumerate(RUN_JSON_CASES):
-        run = str(tmp / f"json{i}")
-        shutil.copytree(trained, run)
-        path = paths[("json", i)] = os.path.join(run, "run.json")
-        os.remove(path)
-        if content is not None:
-            with open(path, "w") as f:
-                f.write(content)
-        cases[("json", i)] = [*TINY, f"--model_dir={run}", "--max_steps=4", "--width=0.125"]
-    for i, (args, _) in enumerate(BAD_FLAG_CASES):
-        args = [a.replace("FILE", str(tmp / "FILE")) for a in args]
-        cases[("flag", i)] = [*TINY, f"--model_dir={tmp / f'run{i}'}", *args]
-    procs = run_program(os.path.join(ROOT, "train_main.py"), list(cases.values()), cwd=ROOT,
-                        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"})
-    return {key: (proc, paths.get(key)) for key, proc in zip(cases, procs, strict=True)}
-
-
 @pytest.mark.parametrize("case", range(len(RUN_JSON_CASES)))
-def test_run_json_problems_are_one_line_naming_the_file(one_line_runs, case):
+def test_run_json_problems_are_one_line_naming_the_file(runs, case):
     content, expected = RUN_JSON_CASES[case]
-    proc, path = one_line_runs[("json", case)]
+    proc, _, path = runs[("json", case)]
     line = _error_line(proc, 2)
     assert path in line and expected in line
     if content is None:
@@ -249,9 +271,9 @@ def test_run_json_problems_are_one_line_naming_the_file(one_line_runs, case):
 
 
 @pytest.mark.parametrize("case", range(len(BAD_FLAG_CASES)))
-def test_bad_flag_exits_2_with_one_line(one_line_runs, case):
+def test_bad_flag_exits_2_with_one_line(runs, case):
     _args, expected = BAD_FLAG_CASES[case]
-    line = _error_line(one_line_runs[("flag", case)][0], 2)
+    line = _error_line(runs[("flag", case)][0], 2)
     assert expected in line, line
 
 

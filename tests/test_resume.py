@@ -70,17 +70,23 @@ def test_pair_stream_ignores_tensorflows_global_seed():
         np.testing.assert_array_equal(other, streams[0])
 
 
-# The kill -9 configurations. MoCo: the resumed state includes the momentum encoder and the key queue, besides
-# weights and optimizer. SimSiam host: issue 25's command (photometric steps in tf.data, batch 128 at 32 px,
-# width 1/8), on which two uninterrupted 2-replica runs used to differ, so exact resume could not be checked.
+# The kill -9 configurations: a few steps on each side of the kill, checkpoints at every step (the kill comes
+# after the manifest names step 2 or later; a later step than 2 is as good). MoCo: the resumed state includes
+# the momentum encoder and the key queue, besides weights and optimizer; the queue holds 2 steps of keys, so the
+# resumed steps overwrite keys the killed run wrote, from the restored queue pointer. No online monitors: they
+# leave the trained bits unchanged (tests/test_monitors.py, 2 replicas, --deterministic) and their bank and
+# passes cost more than the steps; monitors across a resume: tests/test_multiworker.py. SimSiam host: issue 25's
+# command (photometric steps in tf.data, batch 128 at 32 px, width 1/8), on which two uninterrupted 2-replica
+# runs used to differ, so exact resume could not be checked.
 MOCO = ("--method=moco", "--augself=crop,color", "--dataset=shapes", "--split=test", "--width=0.0625",
-        "--image_size=16", "--batch_size=16", "--max_steps=10", "--checkpoint_every=2", "--log_every=1",
-        "--queue_size=64", "--projector_hidden=32", "--projector_dim=16", "--noexport", "--photometric=device")
+        "--image_size=16", "--batch_size=16", "--max_steps=5", "--checkpoint_every=1", "--log_every=1",
+        "--queue_size=32", "--projector_hidden=32", "--projector_dim=16", "--noexport", "--photometric=device",
+        "--monitor=none")
 # LooC: four views per example (q, k0 and the keys copying q's colour and rotation draws), a queue per space.
 LOOC = ("--method=looc", "--looc_augmentations=color,rotation", "--augself=crop,color", "--dataset=shapes",
-        "--split=test", "--width=0.0625", "--image_size=16", "--batch_size=16", "--max_steps=6",
-        "--checkpoint_every=2", "--log_every=1", "--queue_size=64", "--projector_hidden=32", "--projector_dim=16",
-        "--noexport", "--photometric=device")
+        "--split=test", "--width=0.0625", "--image_size=16", "--batch_size=16", "--max_steps=5",
+        "--checkpoint_every=1", "--log_every=1", "--queue_size=32", "--projector_hidden=32", "--projector_dim=16",
+        "--noexport", "--photometric=device", "--monitor=none")
 SIMSIAM_HOST = ("--method=simsiam", "--augself=crop,color", "--batch_size=128", "--image_size=32", "--width=0.125",
                 "--seed=3", "--photometric=host", "--monitor=none", "--max_steps=4", "--checkpoint_every=2",
                 "--log_every=1", "--noexport")
@@ -112,9 +118,9 @@ CONDITIONED = ("--condition=crop,color,color_diff,blur,grayscale", "--condition_
 
 # MoCo is run conditioned only: that state is plain MoCo's (weights, optimizer, key encoder, queue) and more.
 @pytest.mark.parametrize(("args", "kill_after", "steps"), [
-    ((*MOCO, *CONDITIONED), 4, 10),
+    ((*MOCO, *CONDITIONED), 2, 5),
     (SIMSIAM_HOST, 2, 4),
-    (LOOC, 2, 6),
+    (LOOC, 2, 5),
 ], ids=["moco-conditioned", "simsiam-host-b128", "looc-4-views"])
 def test_kill_9_mid_epoch_then_same_command_ends_bit_identical(tmp_path, args, kill_after, steps):
     """Two replicas, --deterministic: SIGKILL after a mid-epoch checkpoint, rerun the command, compare bits."""
