@@ -60,13 +60,7 @@ def compare(run: str, dataset: str, image_size: int, max_train_pairs: int, seed:
     checkpoint = tf.train.latest_checkpoint(os.path.join(run, "checkpoints"))
     context = EvalContext(EvalSettings(image_size=image_size, seed=seed, output_dir=os.path.join(run, "probe_vs_head")))
     model = load_model(os.path.join(run, "saved_model"))
-    plan = context.splits(dataset)
-    x_tr, t_tr, groups = omega_probe._pairs(context, model, dataset, plan.train, tuple(tasks))
-    x_te, t_te, _ = omega_probe._pairs(context, model, dataset, plan.test, tuple(tasks))
-    if len(x_tr) > max_train_pairs:  # the protocol's own fixed-seed subset
-        keep = np.sort(np.random.default_rng(seed).choice(len(x_tr), max_train_pairs, replace=False))
-        x_tr, groups = x_tr[keep], groups[keep]
-        t_tr = {k: omega_regression.Target(t.kind, np.asarray(t.values)[keep], t.components) for k, t in t_tr.items()}
+    x_tr, t_tr, groups, x_te, t_te = omega_probe.probe_pairs(context, model, dataset, tuple(tasks), max_train_pairs)
     probe = omega_regression.probe_omega(x_tr, t_tr, groups, x_te, t_te, seed=seed)
     rows = []
     for name in tasks:

@@ -153,18 +153,25 @@ def _heatmap(context: EvalContext, dataset: str) -> str:
     )
 
 
+def probe_pairs(context: EvalContext, model: LoadedModel, dataset: str, names: tuple[str, ...],
+                max_train_pairs: int):
+    """The probe's data: (train pairs, their targets, their source images, test pairs, their targets), the train
+    pairs cut to a fixed-seed subset of ``max_train_pairs`` (also what reproduce/probe_vs_head.py reads)."""
+    plan = context.splits(dataset)
+    x_tr, t_tr, groups = _pairs(context, model, dataset, plan.train, names)
+    x_te, t_te, _ = _pairs(context, model, dataset, plan.test, names)
+    if len(x_tr) > max_train_pairs:
+        keep = np.sort(np.random.default_rng(context.settings.seed).choice(len(x_tr), max_train_pairs, replace=False))
+        x_tr, groups = x_tr[keep], groups[keep]
+        t_tr = {k: dataclasses.replace(t, values=np.asarray(t.values)[keep]) for k, t in t_tr.items()}
+    return x_tr, t_tr, groups, x_te, t_te
+
+
 def run(context: EvalContext, model: LoadedModel, dataset: str, options: OmegaProbeOptions) -> Records:
     """One record per augmentation: pooled R² (per component in the settings) or accuracy."""
     s, o = context.settings, options
-    plan = context.splits(dataset)
     start = time.perf_counter()
-    names = tuple(o.augmentations)
-    x_tr, t_tr, groups = _pairs(context, model, dataset, plan.train, names)
-    x_te, t_te, _ = _pairs(context, model, dataset, plan.test, names)
-    if len(x_tr) > o.max_train_pairs:  # a fixed-seed subset of the train pairs
-        keep = np.sort(np.random.default_rng(s.seed).choice(len(x_tr), o.max_train_pairs, replace=False))
-        x_tr, groups = x_tr[keep], groups[keep]
-        t_tr = {k: dataclasses.replace(t, values=np.asarray(t.values)[keep]) for k, t in t_tr.items()}
+    x_tr, t_tr, groups, x_te, t_te = probe_pairs(context, model, dataset, tuple(o.augmentations), o.max_train_pairs)
     scores = omega_regression.probe_omega(x_tr, t_tr, groups, x_te, t_te, val_fraction=o.val_fraction, seed=s.seed)
     seconds = time.perf_counter() - start
     per_model = context.shared.setdefault("omega_probe", {}).setdefault(dataset, {})
