@@ -87,6 +87,7 @@ def test_estimators_hold_no_savedmodel_or_dataset_code():
 # The reproduction (reproduce/): its modules are scripts' siblings, imported two ways (see reproduce/__init__.py)
 
 REPRODUCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reproduce")
+BENCH = os.path.join(os.path.dirname(REPRODUCE), "bench")
 MAX_LINES = 400
 # Issue 22 lets the solver module stay whole (tests/test_settings.py holds the same exception for augself_tf/).
 LINE_LIMIT_EXCEPTIONS = {"augself_tf/evaluation/estimators/logreg.py"}
@@ -134,10 +135,25 @@ def _branch_imports(path: str, modules: set[str]) -> list[tuple[int, set[str], s
             if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "__package__"]
 
 
-def test_no_module_over_400_lines_in_the_package_or_the_reproduction():
+def _bench_modules() -> dict[str, str]:
+    """Dotted name (``bench.common``, ``bench.parity.reference_torch.layers``) -> path, for every module of bench/
+    and the folders below it (the parity harness)."""
+    root = os.path.dirname(BENCH)
+    out = {}
+    for folder, _dirs, files in os.walk(BENCH):
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                out[os.path.relpath(path, root)[: -len(".py")].replace(os.sep, ".").removesuffix(".__init__")] = path
+    return out
+
+
+def test_no_module_over_400_lines_in_the_package_the_reproduction_or_the_benchmarks():
     root = os.path.dirname(REPRODUCE)
-    paths = list(modules().values()) + list(_reproduce_modules().values())
+    paths = list(modules().values()) + list(_reproduce_modules().values()) + list(_bench_modules().values())
     assert any(p.endswith(os.path.join("reproduce", "ledger.py")) for p in paths)  # the walk sees reproduce/
+    assert any(p.endswith(os.path.join("bench", "common.py")) for p in paths)  # ... bench/
+    assert any(p.endswith(os.path.join("bench", "parity", "reference_torch", "layers.py")) for p in paths)  # below it
     long = {}
     for path in paths:
         rel = os.path.relpath(path, root).replace(os.sep, "/")
@@ -188,3 +204,33 @@ def test_reproduction_modules_that_import_augself_tf_import_the_ledger_module():
     assert {"main_report", "time_estimates"} <= uses  # the reader sees imports inside functions
     assert {m for m in uses if m != "ledger" and "ledger" not in graph[m]} == set()
     assert "ledger" in graph["reproduce_small"]
+
+
+# ----------------------------------------------------------------------------------------------------
+# The benchmarks (bench/): scripts import their siblings as top-level modules (``import common``), the parity
+# harness its own as ``bench.parity.x`` (see bench/__init__.py)
+
+
+def _bench_imports() -> dict[str, set[str]]:
+    """bench module -> the bench modules it imports: ``bench.x.y`` read as its longest prefix that is a module,
+    a bare ``x`` (a script's sibling) as the module of that name beside the importer."""
+    found = _bench_modules()
+    graph = {}
+    for module, path in found.items():
+        here = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+        edges = set()
+        for name in imported_modules(module, path):
+            parts = name.split(".")
+            prefixes = [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+            if parts[0] != "bench":
+                prefixes = [f"{here}.{p}" for p in prefixes]
+            edges.add(next((p for p in prefixes if p in found), None))
+        graph[module] = edges - {None, module}
+    return graph
+
+
+def test_bench_imports_form_no_circle():
+    graph = _bench_imports()
+    assert "bench.device_stage_harness" in graph["bench.device_stage_host"]  # the reader sees a script's siblings
+    assert "bench.parity.reference_torch.bugs" in graph["bench.parity.reference_torch.layers"]  # ... and packages
+    tuple(graphlib.TopologicalSorter(graph).static_order())  # raises CycleError on an import circle

@@ -1,0 +1,109 @@
+"""bench_device_stage.py's GPU suite (``--gpu``, part 4): training-step pairs/s on one batch held on the device
+in both photometric modes, fp32 and mixed precision, XLA off and on; finish_views alone; the input-bound
+fraction against the host pipeline's rate."""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+import traceback
+
+import common  # noqa: E402  (sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads)
+import tensorflow as tf  # noqa: E402
+from device_stage_harness import (  # noqa: E402
+    MODES,
+    finish_views_fn,
+    interleaved_pipelines,
+    on_device,
+    one_batch,
+    pair_factory,
+    timed,
+)
+
+from augself_tf.augment import AugmentConfig  # noqa: E402
+from augself_tf.runtime.strategy import make_strategy  # noqa: E402
+
+# ----------------------------------------------------------------------------------------------- 4. GPU suite
+
+
+def part_gpu(source, args) -> dict:
+    strategy = make_strategy("one_device")
+    device = strategy.extended.worker_devices[0]
+    has_gpu = bool(tf.config.list_physical_devices("GPU"))
+    mp = args.gpu_mixed_precision
+    if mp == "auto":
+        mp = "float16" if has_gpu else "bfloat16"
+    print(f"# GPU suite on {device}; mixed precision = {mp}", flush=True)
+    out = {}
+    for item in args.gpu_configs.split(","):
+        backbone, _, rest = item.partition("@")
+        size, _, batch = rest.partition(":")
+        size, batch = int(size), int(batch)
+        cfg = AugmentConfig(image_size=size)
+        batches = {m: on_device(one_batch(source, size, m, batch), strategy) for m in MODES}
+        fns, labels, failed = {}, {}, {}
+        for precision in ("float32", mp):
+            for xla in (False, True):
+                spec = common.StepSpec(method="simsiam", augself=("crop", "color"), backbone=backbone,
+                                       width=args.gpu_width, image_size=size, batch_size=batch, jit_compile=xla,
+                                       mixed_precision=None if precision == "float32" else precision)
+                key = f"{precision}{' xla' if xla else ''}"
+                labels[key] = spec.label
+                t0 = time.perf_counter()
+                try:
+                    step = common.TrainStep(spec, strategy)
+                    step.model.augment_config = cfg
+                    for mode in MODES:
+                        for _ in range(args.gpu_warmup):
+                            step.run(batches[mode])
+                        fns[f"{key} step {mode}"] = (lambda step=step, b=batches[mode]: step.run(b))
+                    print(f"# built + warm-up {spec.label}: {time.perf_counter() - t0:.1f}s", flush=True)
+                except Exception as err:  # report it and go on (e.g. XLA unsupported somewhere)
+                    failed[key] = f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
+                    print(f"# FAILED {spec.label}: {failed[key]}", flush=True)
+                    if os.environ.get("BENCH_TRACEBACK"):
+                        traceback.print_exc()
+        for xla in (False, True):
+            try:
+                with tf.device(device):
+                    fv = finish_views_fn(batches["device"], cfg, jit_compile=xla)
+                    for _ in range(args.gpu_warmup):
+                        fv()
+                fns[f"finish_views{' xla' if xla else ''}"] = timed(fv, batch)
+            except Exception as err:
+                failed[f"finish_views xla={xla}"] = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
+        times = common.interleaved_steps(fns, warmup=0, repeats=args.gpu_repeats, log=False)
+        steps = {k: common.summarize(v) for k, v in times.items()}
+        pipes = interleaved_pipelines(
+            {m: pair_factory(source, size, m, args.batch_size, cache=True, threads=args.threads) for m in MODES},
+            args.batch_size, args)
+        pipes = {m: common.summarize(v) for m, v in pipes.items()}
+        print(f"\n{backbone} {size}px batch {batch} on {device}; host pipeline (all host cores, tiny-imagenet "
+              f"64px upsampled): host mode {pipes['host']['pairs_per_sec']:.0f} pairs/s "
+              f"({pipes['host']['pairs_per_cpu_sec']:.0f}/CPU-s), device mode {pipes['device']['pairs_per_sec']:.0f} "
+              f"pairs/s ({pipes['device']['pairs_per_cpu_sec']:.0f}/CPU-s)")
+        print(f"{'precision':<16} {'step pairs/s':>16} {'':>10} {'input-bound fraction':>24}")
+        print(f"{'':<16} {'device mode':>16} {'host mode':>10} {'device mode':>12} {'host mode':>11}")
+        rows = {}
+        for key in labels:
+            if key in failed:
+                print(f"{key:<16} FAILED {failed[key]}")
+                continue
+            rate = {m: steps[f"{key} step {m}"]["pairs_per_sec"] for m in MODES}
+            bound = {m: max(0.0, 1.0 - pipes[m]["pairs_per_sec"] / rate[m]) for m in MODES}
+            rows[key] = {"label": labels[key], "step_pairs_per_sec": rate, "input_bound_fraction": bound}
+            print(f"{key:<16} {rate['device']:16.1f} {rate['host']:10.1f} {bound['device']:12.2f} "
+                  f"{bound['host']:11.2f}")
+        for xla in ("", " xla"):
+            name = f"finish_views{xla}"
+            if name in steps:
+                ms = 1e3 * steps[name]["step_seconds"]
+                ref = steps.get(f"float32{xla} step host")
+                share = f", {100 * steps[name]['step_seconds'] / ref['step_seconds']:.1f}% of the float32{xla} step" \
+                    if ref else ""
+                print(f"{name:<16} {ms:.2f} ms per batch of {batch}{share}")
+        out[f"{backbone}@{size}:{batch}"] = {"steps": steps, "pipelines": pipes, "rows": rows, "failed": failed}
+        del fns, batches
+        gc.collect()
+    return out
