@@ -31,9 +31,11 @@ import platform
 import sys
 import time
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout's package
 
-from augself_tf.evaluation.estimators import logreg
+import numpy as np  # noqa: E402
+
+from augself_tf.evaluation.estimators import logreg  # noqa: E402
 
 
 def synthetic_features(

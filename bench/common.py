@@ -14,10 +14,14 @@ import gc
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# `python bench/x.py` puts bench/ first on sys.path, not the checkout: without this the scripts would time the
+# pip-installed augself_tf, which may be another checkout's.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402

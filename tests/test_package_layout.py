@@ -234,3 +234,45 @@ def test_bench_imports_form_no_circle():
     assert "bench.device_stage_harness" in graph["bench.device_stage_host"]  # the reader sees a script's siblings
     assert "bench.parity.reference_torch.bugs" in graph["bench.parity.reference_torch.layers"]  # ... and packages
     tuple(graphlib.TopologicalSorter(graph).static_order())  # raises CycleError on an import circle
+
+
+ROOT_ON_PATH = "sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))"
+
+
+def _first_line(path: str, wanted) -> int | None:
+    """The first line of PATH holding an import whose module name satisfies WANTED, or None."""
+    lines = []
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.Import):
+            lines += [node.lineno for a in node.names if wanted(a.name)]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and wanted(node.module or ""):
+            lines.append(node.lineno)
+    return min(lines, default=None)
+
+
+def test_bench_scripts_import_this_checkouts_augself_tf():
+    """``python bench/x.py`` puts bench/ on sys.path, not the checkout root: every bench module that imports
+    augself_tf first imports bench/common.py (which puts the root first), directly or through a sibling that
+    does, or puts the root there itself; otherwise a script would time the pip-installed package."""
+    graph, found = _bench_imports(), _bench_modules()
+    fixed = {m for m, p in found.items() if ROOT_ON_PATH in open(p).read()}
+    assert "bench.common" in fixed
+
+    def ready(module: str, seen: frozenset = frozenset()) -> int | None:
+        """The first line of MODULE after which the root is on sys.path (an import of a module that puts it)."""
+        if module in fixed:
+            text = open(found[module]).read()
+            return text[: text.index(ROOT_ON_PATH)].count("\n") + 1
+        short = {m.rpartition(".")[2]: m for m in graph[module] if m not in seen}
+        lines = [line for name, m in short.items() if ready(m, seen | {module}) is not None
+                 and (line := _first_line(found[module], lambda n, name=name: n.split(".")[-1] == name))]
+        return min(lines, default=None)
+
+    late = {}
+    for module, path in found.items():
+        first = _first_line(path, lambda n: n.split(".")[0] == "augself_tf")
+        if first is not None and not module.startswith("bench.parity"):  # the parity harness runs as `-m`
+            at = ready(module)
+            if at is None or at > first:
+                late[module] = (first, at)
+    assert late == {}, f"bench modules importing augself_tf before the checkout root is on sys.path: {late}"
