@@ -4,13 +4,18 @@ multi-replica (MirroredStrategy) paths run without GPUs."""
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# The README runs 2 xdist workers on a 2-core machine, and many tests start train_main.py children (they inherit
-# this): one intra-op thread per process keeps 2+ TensorFlow pools from fighting over 2 cores. Measured on two
-# heavy files (test_resume, test_training) under `-n 2`, idle machine: 311 -> 276 s wall. A caller's value wins.
-os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 
 import tensorflow as tf  # noqa: E402
 
+# One intra-op thread in the test processes themselves, not in the train_main children they start: two idle
+# clean-clone runs (`PYTEST_ADDOPTS=--durations=0`) with TF_NUM_INTRAOP_THREADS=1 for every process against none
+# made the in-process files faster (test_flagfiles 191 -> 178 s, test_methods_looc 46 -> 32, test_conditioning
+# 60 -> 49) and the files of children slower (test_monitors 75 -> 131, test_resume 265 -> 303): a lone child
+# left a core idle.
+try:
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+except RuntimeError:  # TensorFlow already started (a caller's own setup): keep its pools
+    pass
 _cpu = tf.config.list_physical_devices("CPU")[0]
 try:
     tf.config.set_logical_device_configuration(_cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
