@@ -11,7 +11,7 @@ import tensorflow as tf  # noqa: E402
 # clean-clone runs (`PYTEST_ADDOPTS=--durations=0`) with TF_NUM_INTRAOP_THREADS=1 for every process against none
 # made the in-process files faster (test_flagfiles 191 -> 178 s, test_methods_looc 46 -> 32, test_conditioning
 # 60 -> 49) and the files of children slower (test_monitors 75 -> 131, test_resume 265 -> 303): a lone child
-# left a core idle.
+# left a core idle. This setting (test processes only) has not been timed on its own yet.
 try:
     tf.config.threading.set_intra_op_parallelism_threads(1)
 except RuntimeError:  # TensorFlow already started (a caller's own setup): keep its pools
