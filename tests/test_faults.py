@@ -30,12 +30,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ("--method=moco", "--augself=crop,color", "--dataset=shapes", "--width=0.0625", "--image_size=16",
         "--batch_size=16", "--queue_size=64", "--projector_hidden=32", "--projector_dim=16", "--monitor=none",
         "--noexport", "--log_every=1")
+_ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}  # every train_main child's
 
 
 def _run(model_dir, *args, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, os.path.join(ROOT, "train_main.py"), *TINY, f"--model_dir={model_dir}",
                            *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"})
+                          env=_ENV)
 
 
 def _error_line(proc: subprocess.CompletedProcess, code: int) -> str:
@@ -60,12 +61,6 @@ def trained(tmp_path_factory) -> str:
     proc = _run(run, "--max_steps=6", "--checkpoint_every=2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run
-
-
-def _copy(trained: str, tmp_path) -> str:
-    out = str(tmp_path / "run")
-    shutil.copytree(trained, out)
-    return out
 
 
 def _bytes(path: str) -> bytes:
@@ -154,7 +149,7 @@ def runs(trained, tmp_path_factory) -> dict:
         args = [a.replace("FILE", str(tmp / "FILE")) for a in args]
         cases[("flag", i)] = [*TINY, f"--model_dir={tmp / f'run{i}'}", *args]
     procs = run_program(os.path.join(ROOT, "train_main.py"), list(cases.values()), cwd=ROOT, max_file_bytes=limits,
-                        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"})
+                        env=_ENV)
     return {key: (proc, dirs.get(key), extra.get(key)) for key, proc in zip(cases, procs, strict=True)}
 
 
@@ -225,7 +220,7 @@ def test_signal_saves_at_the_next_step_and_says_where_to_resume(tmp_path, sig):
     with open(log, "w") as out, open(tmp_path / "err", "w") as err:
         proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train_main.py"), *TINY, f"--model_dir={run}",
                                  "--max_steps=200", "--checkpoint_every=1000"], cwd=ROOT, stdout=out, stderr=err,
-                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"})
+                                env=_ENV)
         deadline = time.time() + 300
         # A log file gets a progress line every few steps: the first one means the loop is running.
         while "pretrain " not in log.read_text() and time.time() < deadline and proc.poll() is None:
