@@ -32,9 +32,10 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:  # run as `python reproduce/sweep.py`: read this checkout's configs, not an installed one
-    sys.path.insert(1, ROOT)
+if __package__:  # python -m reproduce.sweep
+    from reproduce.ledger import ROOT  # ledger puts this checkout's augself_tf first on sys.path
+else:  # python reproduce/sweep.py
+    from ledger import ROOT
 
 # Toy scale: the embedded shapes data, a 1/16-width CIFAR ResNet-18, two steps.
 QUICK_TRAIN = [

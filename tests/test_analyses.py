@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import math
@@ -272,10 +271,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _sweep_module():
-    spec = importlib.util.spec_from_file_location("sweep", os.path.join(REPO, "reproduce", "sweep.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from reproduce import sweep  # as the other reproduction tests import it (the script's run: the end-to-end test)
+
+    return sweep
 
 
 def test_sweep_params_table_and_plot(tmp_path):
