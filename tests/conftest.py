@@ -7,15 +7,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-# One intra-op thread in the test processes themselves, not in the train_main children they start: two idle
-# clean-clone runs (`PYTEST_ADDOPTS=--durations=0`) with TF_NUM_INTRAOP_THREADS=1 for every process against none
-# made the in-process files faster (test_flagfiles 191 -> 178 s, test_methods_looc 46 -> 32, test_conditioning
-# 60 -> 49) and the files of children slower (test_monitors 75 -> 131, test_resume 265 -> 303): a lone child
-# left a core idle. This setting (test processes only) has not been timed on its own yet.
-try:
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-except RuntimeError:  # TensorFlow already started (a caller's own setup): keep its pools
-    pass
+# TensorFlow's default thread pools, in the test processes and in the train_main children they start. Two ways of
+# one intra-op thread were timed idle in a clean clone (`PYTEST_ADDOPTS=--durations=0 time bash .ci/run`) against
+# none (14 min 12 s at 484db9f): for every process (TF_NUM_INTRAOP_THREADS=1), 14 min 34 s: the in-process files
+# got faster (test_flagfiles 191 -> 178 s) and the files of children slower (test_resume 265 -> 303 s); for the
+# test processes only (tf.config.threading), 14 min 14 s at 12ddedf. Neither gains, so neither is set.
 _cpu = tf.config.list_physical_devices("CPU")[0]
 try:
     tf.config.set_logical_device_configuration(_cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
