@@ -178,7 +178,8 @@ QUICK_MONITOR_FLAGS = (("monitor", "auto"), ("monitor_every", "1"), ("monitor_ba
 
 
 def select_arms(arms: Sequence[Arm], patterns: str | None) -> list[Arm]:
-    """The arms whose name or id matches one of the comma-separated globs (all arms for None/empty).
+    """The arms whose name or id matches one of the comma-separated globs (all arms for None/empty), in the
+    order of ``arms`` (the suite's, cheapest and most needed first), not the order of the globs.
 
     Raises:
       ValueError: a pattern that matches no arm (a typo would otherwise run nothing, silently).

@@ -63,7 +63,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--suite", choices=("main", "looc"), default="main",
                    help="arm set: main (issue 20: SimSiam/MoCo ± AugSelf, CASSLE) or looc (issue 33: the paper's LooC "
                         "table); each has its own report block and picture")
-    p.add_argument("--arms", default=None, help="comma-separated globs on arm names or ids (default: all)")
+    p.add_argument("--arms", default=None, help="comma-separated globs on arm names or ids (default: all); they run in "
+                   "the suite's order, whatever the order given")
     p.add_argument("--time_budget", type=float, default=None, metavar="MINUTES",
                    help="start no arm that its measured seconds per step say would not finish in time")
     p.add_argument("--report_only", action="store_true", help="regenerate the report from the ledger; run nothing")
