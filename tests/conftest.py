@@ -7,11 +7,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-# TensorFlow's default thread pools, in the test processes and in the train_main children they start. Two ways of
-# one intra-op thread were timed idle in a clean clone (`PYTEST_ADDOPTS=--durations=0 time bash .ci/run`) against
-# none (14 min 12 s at 484db9f): for every process (TF_NUM_INTRAOP_THREADS=1), 14 min 34 s: the in-process files
-# got faster (test_flagfiles 191 -> 178 s) and the files of children slower (test_resume 265 -> 303 s); for the
-# test processes only (tf.config.threading), 14 min 14 s at 12ddedf. Neither gains, so neither is set.
+# One intra-op thread in the test processes themselves; their train_main children keep TensorFlow's default. Idle
+# clean-clone runs (`PYTEST_ADDOPTS=--durations=0 time bash .ci/run`, pytest's own wall time): none, 14 min 12 s
+# (484db9f) and 16 min 31 s (6a51f7c); one thread for every process (TF_NUM_INTRAOP_THREADS=1), 14 min 34 s: the
+# in-process files faster, the children slower; this setting, 14 min 14 s (12ddedf). Runs of one setting differ by
+# two minutes, so its gain is not established; it is kept as the fastest measured (test_flagfiles, all in-process:
+# 178 and 207 s with one thread, 191 and 243 s without).
+try:
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+except RuntimeError:  # TensorFlow already started (a caller's own setup): keep its pools
+    pass
 _cpu = tf.config.list_physical_devices("CPU")[0]
 try:
     tf.config.set_logical_device_configuration(_cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
