@@ -11,8 +11,9 @@ import tensorflow as tf  # noqa: E402
 # clean-clone runs (`PYTEST_ADDOPTS=--durations=0 time bash .ci/run`, pytest's own wall time): none, 14 min 12 s
 # (484db9f) and 16 min 31 s (6a51f7c); one thread for every process (TF_NUM_INTRAOP_THREADS=1), 14 min 34 s: the
 # in-process files faster, the children slower; this setting, 14 min 14 s (12ddedf). Runs of one setting differ by
-# two minutes, so its gain is not established; it is kept as the fastest measured (test_flagfiles, all in-process:
-# 178 and 207 s with one thread, 191 and 243 s without).
+# two minutes, so its gain is not established; it is kept because its run is within 2 s of the better run without
+# it and 2 min faster than the other (test_flagfiles, all in-process: 178 and 207 s with one thread, 191 and 243 s
+# without).
 try:
     tf.config.threading.set_intra_op_parallelism_threads(1)
 except RuntimeError:  # TensorFlow already started (a caller's own setup): keep its pools
