@@ -1,4 +1,4 @@
-"""CPU step speed (issue 24), as ratios measured within one run (docs/benchmarks.md §5).
+"""CPU step speed, as ratios measured within one run (docs/benchmarks.md §5).
 
 Four parts, each timed in interleaved rounds (order reversed every other round) so that a shared machine's
 load drift hits every configuration alike; ratios are medians of the per-round ratios, with their min..max.
@@ -6,7 +6,7 @@ load drift hits every configuration alike; ratios are medians of the per-round r
 1. ``padding``: a plain ResNet-18 (``build_backbone``; step = forward + backward + momentum-SGD apply of
    mean(f²)) with three paddings, made by patching ``augself_tf.models.resnet._conv`` inside this process:
    (a) ``same`` on every conv and the stem max-pool (not torchvision's function at stride 2); (b) explicit
-   ZeroPadding2D + ``valid`` on every k>1 conv (the code before issue 24); (c) the library as it is
+   ZeroPadding2D + ``valid`` on every k>1 conv (the earlier code); (c) the library as it is
    (explicit only on the stride-2 convs and the stem max-pool). Checks that (b) and (c) compute the same
    function from the same weights. Reports b/c and a/c.
 2. ``step``: the SimSiam + AugSelf{crop,color} ResNet-18 step as train_main runs it (``common.TrainStep``:

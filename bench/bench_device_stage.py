@@ -13,7 +13,7 @@ Four measurements, each reported as ratios within one run (docs/benchmarks.md §
    probabilities) vs one ResNet-18 (width 1.0) SimSiam+AugSelf{crop,color} step at batch 256, 96 px
    (``common.TrainStep``, synthetic float batch), and that step fed the device-mode batch (finish_views
    inside), interleaved; with ``--share_select`` (default) also both with the jitter's select form (the
-   formulation before issue 24). Target: finish_views <= 8% of the step.
+   former default, before the partitioned form). Target: finish_views <= 8% of the step.
 3. ``train_main``: the README default run (``python train_main.py``) for ``--max_steps`` steps with
    ``--photometric=host`` and ``=device``; pairs/s are read from its TensorBoard scalar ``pairs_per_sec``
    (one value per ``--log_every`` window; the first window, which holds tracing, is dropped).
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--share_warmup", type=int, default=1)
     p.add_argument("--share_repeats", type=int, default=3)
     p.add_argument("--share_select", action=argparse.BooleanOptionalAction, default=True,
-                   help="also time finish_views and the device-batch step with the select jitter (before issue 24)")
+                   help="also time finish_views and the device-batch step with the select jitter (the former default)")
     p.add_argument("--train_steps", type=int, default=40, help="train_main --max_steps")
     p.add_argument("--train_log_every", type=int, default=10, help="train_main --log_every (one pairs/s window)")
     p.add_argument("--train_main_runs", type=int, default=1, help="runs per mode (alternating host/device)")

@@ -1,9 +1,9 @@
-"""What issue 29's guards cost and what the full per-epoch permutation changes (docs/distributed.md).
+"""What the fault-tolerance guards cost and what the full per-epoch permutation changes (docs/distributed.md).
 
 1. The finite-state check (`augself_tf.training.health.make_state_check`: every weight, BN statistic and buffer
    against NaN/Inf/LIMIT in one graph call) against one training step of the same model, per model size.
 2. The correlation of example positions between consecutive epochs (and with the source order): tf.data's
-   10,000-image shuffle buffer, the pair stream before issue 29, against `epoch_order`'s full permutation, at
+   10,000-image shuffle buffer, the pair stream's earlier order, against `epoch_order`'s full permutation, at
    STL10's (105,000) and ImageNet-100's (126,689) sizes. Index streams only: no image is decoded.
 
     PYTHONPATH=. python bench/bench_fault_guards.py [--orders_only]
@@ -47,8 +47,8 @@ def positions(order: np.ndarray) -> np.ndarray:
 
 def buffer_order(n: int, epoch: int, buffer: int = 10_000, seed: int = 0, before: bool = False) -> np.ndarray:
     """Epoch ``epoch``'s order through a ``buffer``-image shuffle of the source order, as the pair stream builds
-    it: inside ``flat_map`` with the buffer seed of `augself_tf.data.pretrain.buffer_seed`, or ``before`` issue 29
-    (the first entry of the epoch's key, which is the same for every epoch)."""
+    it: inside ``flat_map`` with the buffer seed of `augself_tf.data.pretrain.buffer_seed`, or with
+    ``before`` its earlier seed (the first entry of the epoch's key, which is the same for every epoch)."""
     from augself_tf.data.pretrain import buffer_seed
 
     def epoch_stream(e: tf.Tensor) -> tf.data.Dataset:

@@ -25,7 +25,7 @@ def _conv_same(filters: int, kernel: int, stride: int, name: str):
 
 
 def _conv_explicit_all(filters: int, kernel: int, stride: int, name: str):
-    """(b) The code before issue 24: ZeroPadding2D(k//2) + `valid` on every k>1 conv."""
+    """(b) The earlier code: ZeroPadding2D(k//2) + `valid` on every k>1 conv."""
     conv = keras.layers.Conv2D(filters, kernel, strides=stride, padding="valid", use_bias=False,
                                kernel_initializer=resnet.torch_default_kernel(), name=name)
     if kernel == 1:

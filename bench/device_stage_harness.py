@@ -108,7 +108,7 @@ def finish_views_fn(batch: dict, config: AugmentConfig, jit_compile: bool = Fals
 @contextlib.contextmanager
 def select_jitter():
     """Within: ``ops.color_jitter_batch`` runs its ``"select"`` form (all 4 adjustments at each of the 4 steps,
-    the formulation before issue 24) wherever it is traced, e.g. inside ``finish_views``."""
+    the former default, before the partitioned form) wherever it is traced, e.g. inside ``finish_views``."""
     original = ops.color_jitter_batch
     ops.color_jitter_batch = functools.partial(original, method="select")
     try:

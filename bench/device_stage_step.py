@@ -48,9 +48,9 @@ def part_share(source, args) -> dict:
         select_step = copy.copy(step)  # shallow: shares the model, the optimizer and the strategy
         select_step._step = make_distributed_step(step.strategy, step.model, spec.jit_compile)
         fns.update({
-            "step, uint8 device-mode batch, select jitter (before issue 24)":
+            "step, uint8 device-mode batch, select jitter (former default)":
                 with_select_jitter(lambda: select_step.run(dev_batch)),
-            "finish_views alone, select jitter (before issue 24)":
+            "finish_views alone, select jitter (former default)":
                 with_select_jitter(timed(finish_views_fn(dev_batch, cfg), batch)),
         })
     times = common.interleaved_steps(fns, warmup=args.share_warmup, repeats=args.share_repeats)
@@ -120,7 +120,7 @@ def part_finish_breakdown(source, args) -> dict:
     fns.update({
         "  color: partition (each adjustment where needed; the default)": (
             lambda: ops.color_jitter_batch(*jitter_args, method="partition"), xf),
-        "  color: select (all 4 at each step; before issue 24, and under XLA)": (
+        "  color: select (all 4 at each step; the former default, and under XLA)": (
             lambda: ops.color_jitter_batch(*jitter_args, method="select"), xf),
         "  color: one brightness pass": (lambda: ops.adjust_brightness(xf, per[0]), xf),
         "  color: one contrast pass": (lambda: ops.adjust_contrast(xf, per[1]), xf),

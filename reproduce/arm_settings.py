@@ -2,8 +2,8 @@
 
 An *arm* is one pretraining run plus its evaluations: data, method, AugSelf set, conditioning set, seed and
 budget. Its *settings* (everything that decides its numbers) hash to a stable id, the file name of its ledger
-entry (reproduce/ledger.py). Here too: the budgets and monitor flags both arm sets share (issue 20's in
-reproduce/main_arms.py, the LooC table's in reproduce/looc_arms.py), choosing arms by glob (``--arms``), and the
+entry (reproduce/ledger.py). Here too: the budgets and monitor flags both arm sets share (the main reproduction's
+in reproduce/main_arms.py, the LooC table's in reproduce/looc_arms.py), choosing arms by glob (``--arms``), and the
 order the reports list entries in.
 """
 
@@ -78,7 +78,8 @@ class Arm:
 
     ``augself`` and ``condition`` are comma lists of ω names or ``none``; ``train_flags`` are further
     train_main flags that change the result (queue size, monitor cadence, LooC's left-out set), as (name, value)
-    pairs. ``suite`` names the arm set the arm belongs to ("" = issue 20's; "looc" = issue 33's): it is in the
+    pairs. ``suite`` names the arm set the arm belongs to ("" = the main reproduction's; "looc" = the LooC
+    comparison's): it is in the
     settings (and so the id) only when not empty, and each suite's report reads only its own entries.
     """
 

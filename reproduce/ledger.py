@@ -49,7 +49,8 @@ def load_entries(ledger_dir: str) -> list[dict]:
 
 
 def suite_entries(entries: Iterable[dict], suite: str = "") -> list[dict]:
-    """The entries of one arm set (settings ``suite``, absent = issue 20's): each suite's report reads its own."""
+    """The entries of one arm set (settings ``suite``, absent = the main reproduction's): each suite's report reads
+    its own."""
     return [e for e in entries if e["settings"].get("suite", "") == suite]
 
 

@@ -1,11 +1,11 @@
-"""The arms of issue 33: the paper's LooC comparison (``table:looc_comparison``) at the ledger's budget.
+"""The arms of the LooC comparison: the paper's ``table:looc_comparison`` at the ledger's budget.
 
-A second arm set beside issue 20's (:func:`main_arms.default_arms`), run by ``reproduce_small.py --suite=looc``:
-MoCo v2 ± AugSelf{crop,color}, LooC with each left-out set of the table, and SimSiam ± AugSelf, on the
-train split of tiny-imagenet-mini with :data:`arm_settings.TINY_BUDGET`. Every arm carries ``suite="looc"`` and the
-table's evaluation list, so its id differs from issue 20's arm of the same method and seed: the ledger's rule
-(an arm's id hashes its settings, evaluations included) runs it afresh, and issue 20's entries stay where they
-are and keep serving issue 20's report.
+A second arm set beside the main reproduction's (:func:`main_arms.default_arms`), run by ``reproduce_small.py
+--suite=looc``: MoCo v2 ± AugSelf{crop,color}, LooC with each left-out set of the table, and SimSiam ± AugSelf, on
+the train split of tiny-imagenet-mini with :data:`arm_settings.TINY_BUDGET`. Every arm carries ``suite="looc"`` and
+the table's evaluation list, so its id differs from the main reproduction's arm of the same method and seed: the
+ledger's rule (an arm's id hashes its settings, evaluations included) runs it afresh, and the main reproduction's
+entries stay where they are and keep serving its report.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ LOOC_SETS = ("color", "rotation", "color,rotation")
 # The table's evaluations, by role; the report finds its columns by these call names. The in-domain call is the
 # table's ImageNet-100 column at our scale (linear on the held-out part of the pretraining data set), with the
 # probes read off the same features; flowers17 stands in for Flowers-102 (LooC's 5-/10-shot protocol, k images of
-# every class, 5 draws), and its full linear probe and cifar10-mini's are issue 20's transfer columns.
+# every class, 5 draws), and its full linear probe and cifar10-mini's are the main reproduction's
+# transfer columns.
 TABLE_EVALS = (
     EvalCall("in_domain", "linear,colorperm,rotation,omega_probe", "tiny-imagenet-mini", 64),
     EvalCall("flowers", "linear,lowshot", "flowers17", 64, ("--lowshot_shots=5,10", "--lowshot_draws=5")),
@@ -67,7 +68,7 @@ def table_arm(data: str, method: str, seed: int, budget: Budget, augself: str = 
 
 
 def looc_table_arms(epochs: int | None = None, width: float | None = None) -> list[Arm]:
-    """The arms of issue 33, cheapest and most informative first (the runs advance over several sessions).
+    """The arms of the LooC comparison, cheapest and most informative first (the runs advance over several sessions).
 
     Seed 0 of every row of the table, then seeds 1 and 2 of the MoCo pair, of the SimSiam pair, and of
     LooC (color, rotation). ``epochs`` / ``width`` replace the budget's (new settings, so new ids).

@@ -1,4 +1,5 @@
-"""The arms of issue 20 (``--suite=main``): SimSiam and MoCo v2 ± AugSelf over seeds, and the ω-conditioned projector.
+"""The arms of the main reproduction (``--suite=main``): SimSiam and MoCo v2 ± AugSelf over seeds, and the
+ω-conditioned projector.
 
 A second arm set, the paper's LooC table, is in reproduce/looc_arms.py; what an arm is, in reproduce/arm_settings.py.
 """
@@ -55,7 +56,7 @@ def _arm(data: str, method: str, augself: str, condition: str, seed: int, budget
 
 
 def default_arms(epochs: int | None = None, width: float | None = None) -> list[Arm]:
-    """The arms of issue 20, cheapest and most informative first (each seed's pair before the next seed).
+    """The arms of the main reproduction, cheapest and most informative first (each seed's pair before the next seed).
 
     ``epochs`` / ``width`` replace the tiny-imagenet budget's (new settings, so new ids and entries).
     """
@@ -66,7 +67,7 @@ def default_arms(epochs: int | None = None, width: float | None = None) -> list[
     for method, seed in pairs:
         arms += [_arm("tiny", method, a, "none", seed, tiny, TINY_EVALS, MONITOR_FLAGS, MOCO_QUEUE)
                  for a in ("none", DEFAULT_SET)]
-    # The ω-conditioned projector (CASSLE, issue 21) in AugSelf's place.
+    # The ω-conditioned projector (CASSLE) in AugSelf's place.
     arms += [_arm("tiny", m, "none", DEFAULT_SET, 0, tiny, TINY_EVALS, MONITOR_FLAGS, MOCO_QUEUE)
              for m in ("simsiam", "moco")]
     return arms

@@ -1,4 +1,4 @@
-"""The report of issue 20's arms (``--suite=main``), made from the ledger entries alone.
+"""The report of the main reproduction's arms (``--suite=main``), made from the ledger entries alone.
 
 A table per (data, budget, method): a column per variant (base, +AugSelf, +cond) with mean ± half-range over
 seeds, Δ against the base, and the paper's figures where it reports the same protocol; the online monitors'

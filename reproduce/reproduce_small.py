@@ -6,7 +6,7 @@
     python reproduce/reproduce_small.py --list            # the arms, what is done, what is left
     python reproduce/reproduce_small.py --report_only     # table, curves and docs/results.md from the ledger
     python reproduce/reproduce_small.py --quick           # smoke version of the whole pipeline (CI)
-    python reproduce/reproduce_small.py --suite=looc      # issue 33's arms: the paper's LooC table (same flags apply)
+    python reproduce/reproduce_small.py --suite=looc      # the LooC comparison: the paper's LooC table (same flags)
 
 An arm is one pretraining run (data, method, AugSelf set, conditioning set, seed, budget) and its
 evaluations with eval_main.py. Each finished arm writes reproduce/ledger/<arm id>.json (its settings,
@@ -16,8 +16,8 @@ training settings> (not committed): an interrupted arm resumes from its checkpoi
 again, and an arm whose evaluations changed keeps its training and redoes only the changed calls. What an arm
 is: reproduce/arm_settings.py; the ledger's entries: reproduce/ledger.py (schema in reproduce/ledger/README.md);
 running arms: reproduce/ledger_runner.py (run directories in run_directory.py, estimates in time_estimates.py).
-Two arm sets (``--suite``): ``main``, issue 20's (arms in reproduce/main_arms.py, report in
-reproduce/main_report.py), and ``looc``, the paper's LooC comparison of issue 33 (arms in reproduce/looc_arms.py,
+Two arm sets (``--suite``): ``main``, the main reproduction (arms in reproduce/main_arms.py, report in
+reproduce/main_report.py), and ``looc``, the paper's LooC comparison (arms in reproduce/looc_arms.py,
 report in reproduce/looc_report.py); each suite's report reads only its own entries and writes its own block of
 docs/results.md.
 ``python -m reproduce.reproduce_small`` from the repository root is the same command.
@@ -61,8 +61,8 @@ ROOT = ledger.ROOT
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", choices=("main", "looc"), default="main",
-                   help="arm set: main (issue 20: SimSiam/MoCo ± AugSelf, CASSLE) or looc (issue 33: the paper's LooC "
-                        "table); each has its own report block and picture")
+                   help="arm set: main (the main reproduction: SimSiam/MoCo ± AugSelf, CASSLE) or looc (the "
+                        "paper's LooC comparison table); each has its own report block and picture")
     p.add_argument("--arms", default=None, help="comma-separated globs on arm names or ids (default: all); they run in "
                    "the suite's order, whatever the order given")
     p.add_argument("--time_budget", type=float, default=None, metavar="MINUTES",

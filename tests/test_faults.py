@@ -1,4 +1,4 @@
-"""Faults a long run meets, injected into tiny runs (issue 29): each ends in a resume that loses at most the steps
+"""Faults a long run meets, injected into tiny runs: each ends in a resume that loses at most the steps
 since the last save, or in one clear line and a non-zero exit; none in exit 0 with a wrong result, none in a
 traceback. Every scenario runs `train_main.py` in its own process on a tiny MoCo + AugSelf model (those that end
 on their own forked after one shared import of the program, tests/program_runs.py), except those that test a

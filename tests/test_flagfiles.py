@@ -316,8 +316,8 @@ def _as_before(cfg: TrainConfig) -> dict:
 
 
 def test_every_flagfile_parses_to_the_config_it_did_before_settings_were_declared_once():
-    """The snapshot was written by the code before issue 22 (hand-written flags, jitter_strength and crop_scale
-    fields, a field per probability): every value a run reads must be the same, bit for bit."""
+    """The snapshot was written by the code before the settings rework (hand-written flags, jitter_strength and
+    crop_scale fields, a field per probability): every value a run reads must be the same, bit for bit."""
     with open(os.path.join(ROOT, "tests", "snapshots", "flagfile_configs.json")) as f:
         snapshot = json.load(f)
     assert set(snapshot) == {"(no flags)", *(n + ".cfg" for n in NAMES)}

@@ -89,7 +89,8 @@ def test_estimators_hold_no_savedmodel_or_dataset_code():
 REPRODUCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reproduce")
 BENCH = os.path.join(os.path.dirname(REPRODUCE), "bench")
 MAX_LINES = 400
-# Issue 22 lets the solver module stay whole (tests/test_settings.py holds the same exception for augself_tf/).
+# The settings rework lets the solver module stay whole (tests/test_settings.py holds the same exception for
+# augself_tf/).
 LINE_LIMIT_EXCEPTIONS = {"augself_tf/evaluation/estimators/logreg.py"}
 # The command and the scripts: nothing imports them. The report side (arms, entries, reports) is a function of
 # the ledger's files and never imports the running side (run directories, child processes, estimates, timing).

@@ -1,4 +1,5 @@
-"""reproduce_small.py --suite=looc: issue 33's arms, their estimates, and the LooC-table report from the ledger."""
+"""reproduce_small.py --suite=looc: the LooC comparison's arms, their estimates, and the LooC-table report from the
+ledger."""
 
 from __future__ import annotations
 
@@ -103,8 +104,9 @@ def test_looc_arms_in_order_with_their_settings():
             ] == [2, 3, 4]
 
 
-def test_issue_20s_arms_keep_their_ids_and_the_new_arms_differ():
-    """The committed entries are issue 20's arms, unchanged by the suite field (absent from its settings)."""
+def test_main_reproduction_arms_keep_their_ids_and_the_new_arms_differ():
+    """The committed entries are the main reproduction's arms, unchanged by the suite field (absent from its
+    settings)."""
     ids = {a.id for a in main_arms.default_arms()}
     committed = {e["arm"] for e in ledger.load_entries(os.path.join(REPO, "reproduce", "ledger"))
                  if "suite" not in e["settings"]}

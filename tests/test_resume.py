@@ -75,9 +75,9 @@ def test_pair_stream_ignores_tensorflows_global_seed():
 # the momentum encoder and the key queue, besides weights and optimizer; the queue holds 2 steps of keys, so the
 # resumed steps overwrite keys the killed run wrote, from the restored queue pointer. No online monitors: they
 # leave the trained bits unchanged (tests/test_monitors.py, 2 replicas, --deterministic) and their bank and
-# passes cost more than the steps; monitors across a resume: tests/test_multiworker.py. SimSiam host: issue 25's
-# command (photometric steps in tf.data, batch 128 at 32 px, width 1/8), on which two uninterrupted 2-replica
-# runs used to differ, so exact resume could not be checked.
+# passes cost more than the steps; monitors across a resume: tests/test_multiworker.py. SimSiam host: the
+# command of the two-replica bisection in docs/distributed.md (photometric steps in tf.data, batch 128 at 32 px,
+# width 1/8), on which two uninterrupted 2-replica runs used to differ, so exact resume could not be checked.
 MOCO = ("--method=moco", "--augself=crop,color", "--dataset=shapes", "--split=test", "--width=0.0625",
         "--image_size=16", "--batch_size=16", "--max_steps=5", "--checkpoint_every=1", "--log_every=1",
         "--queue_size=32", "--projector_hidden=32", "--projector_dim=16", "--noexport", "--photometric=device",

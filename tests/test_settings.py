@@ -1,4 +1,4 @@
-"""Settings declared once and the package's shape (issue 22): the programs' --helpfull against snapshots taken
+"""Settings declared once and the package's shape: the programs' --helpfull against snapshots taken
 before the rework, registries that refuse a taken name, no import circle and no module over 400 lines."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from augself_tf.registries import Registry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_LINES = 400
-# The other item of issue 22 splits this one (its solver-argument threading); it may stay whole.
+# The settings rework's other item splits this one (its solver-argument threading); it may stay whole.
 LINE_LIMIT_EXCEPTIONS = {"augself_tf/evaluation/estimators/logreg.py"}
 
 
@@ -24,8 +24,8 @@ def test_helpfull_is_the_snapshot_of_each_program():
     """`train_main.py --helpfull` and `eval_main.py --helpfull`, byte for byte. The snapshots were taken before
     the settings were declared once (commit def35ce); the later changes are each their own commit with every
     changed line explained: the method options' help listing each method's default, eval_main's lowshot /
-    omega_probe protocols (their flags, the --protocol help and the `all` list: issue 31), and --augself's
-    per-task weights (name:weight, issue 30)."""
+    omega_probe protocols (their flags, the --protocol help and the `all` list), and --augself's
+    per-task weights (name:weight)."""
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "PYTHONWARNINGS")}
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     procs = {name: subprocess.Popen([sys.executable, f"{name}.py", "--helpfull"], cwd=ROOT, env=env,

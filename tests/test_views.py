@@ -50,9 +50,10 @@ def _digest(tree) -> str:
 
 
 # Computed with the two-view pipeline before view plans existed (two_views drew view 1 and 2 from
-# stateless_split(seed, 2) by augment_view / augment_view_for_device), with issue 29's per-epoch order (branch
-# i29: commit 2bbfa3a + the order fix, which changed the order of every epoch on purpose): shapes 'test', seed 3,
-# epoch 1, batches 1 and 2 of 4. "finished" = finish_views of the device batch. Same TF 2.21 CPU kernels assumed.
+# stateless_split(seed, 2) by augment_view / augment_view_for_device), with the fault-tolerance work's per-epoch
+# order (branch i29: commit 2bbfa3a + the order fix, which changed the order of every epoch on purpose): shapes
+# 'test', seed 3, epoch 1, batches 1 and 2 of 4. "finished" = finish_views of the device batch. Same TF 2.21 CPU
+# kernels assumed.
 PINNED = {
     ("default", "host"): ["449e0133c4eeb14fa2ba459ac952fbfe6ae41f7e928e365915b84d847ef6882a",
                           "ada40b2f0ed2f6e1b767005428ec7f6ae3b39bc3d880dd8fc27ebe9093814eb9"],
