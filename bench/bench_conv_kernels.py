@@ -7,8 +7,8 @@ channels_last in a worker process (``--torch_worker``; the two thread pools neve
 alternate the frameworks. Convolutions are ~75% of our SimSiam + AugSelf step (§5.6), so if the kernels cost
 the same in both frameworks, the step's ratio to PyTorch is bounded by what the rest of the step costs.
 
-    python bench/bench_conv_kernels.py                 # ~5 min on 2 loaded cores
-    python bench/bench_conv_kernels.py --rounds=5 --json /tmp/conv.json
+    python -m bench.bench_conv_kernels                 # ~5 min on 2 loaded cores
+    python -m bench.bench_conv_kernels --rounds=5 --json /tmp/conv.json
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 
+# The checkout's root: the PyTorch worker runs from there as python -m bench.bench_conv_kernels.
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (name, in channels, out channels, kernel, stride, input size) at 96 px: stem, then one 3×3 conv per stage.
 LAYERS = (("stem 7x7/2", 3, 64, 7, 2, 96), ("layer1 3x3", 64, 64, 3, 1, 24), ("layer2 3x3", 128, 128, 3, 1, 12),
           ("layer3 3x3", 256, 256, 3, 1, 6), ("layer4 3x3", 512, 512, 3, 1, 3))
@@ -113,8 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.torch_worker:
         return torch_worker(args.batch, threads)
     worker = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "--torch_worker", f"--batch={args.batch}", f"--threads={threads}"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+        [sys.executable, "-m", "bench.bench_conv_kernels", "--torch_worker", f"--batch={args.batch}",
+         f"--threads={threads}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}, cwd=REPO)
     info = json.loads(worker.stdout.readline())
     cases = tf_cases(args.batch)
     rounds: list[dict] = []

@@ -22,10 +22,10 @@ load drift hits every configuration alike; ratios are medians of the per-round r
    ``--photometric=host`` and ``=device``, plus the input pipeline alone (``make_pair_dataset`` as
    train_main builds it); CPU-seconds per pair of each, to say where the time goes.
 
-    python bench/bench_cpu_step.py --json /tmp/cpu_step.json                  # all four (~35 min at load 6-10)
-    python bench/bench_cpu_step.py --parts=padding,step --repeats=4
-    python bench/bench_cpu_step.py --parts=losses --loss_steps=200 --plot docs/img/bf16_vs_f32_losses.png
-    python bench/bench_cpu_step.py --parts=e2e --e2e_rounds=2
+    python -m bench.bench_cpu_step --json /tmp/cpu_step.json                  # all four (~35 min at load 6-10)
+    python -m bench.bench_cpu_step --parts=padding,step --repeats=4
+    python -m bench.bench_cpu_step --parts=losses --loss_steps=200 --plot docs/img/bf16_vs_f32_losses.png
+    python -m bench.bench_cpu_step --parts=e2e --e2e_rounds=2
 
 This file is the command (flags, which parts run, the JSON); the parts live beside it: cpu_step_padding.py
 (1), cpu_step_vs_torch.py (2), cpu_step_train_main.py (3 and 4); cpu_step_stats.py holds their ratios and tables.
@@ -39,12 +39,13 @@ import os
 import sys
 import time
 
-import common  # noqa: E402  (sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads)
-import tensorflow as tf  # noqa: E402
-from cpu_step_padding import part_padding  # noqa: E402
-from cpu_step_stats import intra_op_threads  # noqa: E402
-from cpu_step_train_main import part_e2e, part_losses  # noqa: E402
-from cpu_step_vs_torch import part_step  # noqa: E402
+import tensorflow as tf
+
+from bench import common
+from bench.cpu_step_padding import part_padding
+from bench.cpu_step_stats import intra_op_threads
+from bench.cpu_step_train_main import part_e2e, part_losses
+from bench.cpu_step_vs_torch import part_step
 
 # ------------------------------------------------------------------------------------------------ main
 

@@ -1,14 +1,14 @@
 """Cost and effect of --deterministic: the same train_main command twice, with and without it.
 
-    python bench/bench_determinism.py                      # BYOL, default width, batch 256, 19 steps
-    python bench/bench_determinism.py --cpu_replicas=2     # the MirroredStrategy path on 2 logical CPUs
-    python bench/bench_determinism.py --matrix             # 2 replicas: {SimSiam, MoCo} x {host, device} x {128, 256}
+    python -m bench.bench_determinism                      # BYOL, default width, batch 256, 19 steps
+    python -m bench.bench_determinism --cpu_replicas=2     # the MirroredStrategy path on 2 logical CPUs
+    python -m bench.bench_determinism --matrix             # 2 replicas: {SimSiam, MoCo} x {host, device} x {128, 256}
 
 Each configuration trains twice from scratch into fresh directories, exports the backbone, and compares the
 two exports' features on one fixed batch (max relative difference; 0.0 means bit-identical). Wall time is
 per run, the same machine, in one invocation: compare the ratio, not the seconds.
 
-    python bench/bench_determinism.py --grappler_cost      # the step with and without Grappler, both --deterministic
+    python -m bench.bench_determinism --grappler_cost      # the step with and without Grappler, both --deterministic
 
 ``--matrix`` runs only ``--deterministic`` on 2 logical CPU replicas (AugSelf{crop,color}, width 0.125, 32 px),
 the two runs of a configuration at once (each uses one thread per op), and compares every checkpointed tensor
@@ -107,10 +107,10 @@ def time_step_child(grappler: bool, replicas: int, batch_size: int, steps: int) 
     """(In a child process.) The SimSiam+AugSelf{crop,color} step of the --matrix runs under --deterministic's
     settings, Grappler turned back on or not; prints one JSON line of per-step wall and CPU seconds."""
     import tensorflow as tf
-    from common import StepSpec, TrainStep
 
     from augself_tf.runtime.determinism import make_deterministic
     from augself_tf.runtime.strategy import make_strategy
+    from bench.common import StepSpec, TrainStep
 
     make_deterministic()
     if grappler:
@@ -131,7 +131,7 @@ def run_grappler_cost(opts: argparse.Namespace) -> dict:
     per_mode: dict[str, list[dict]] = {"off": [], "on": []}
     for r in range(opts.rounds):
         for mode in (("off", "on") if r % 2 == 0 else ("on", "off")):
-            cmd = [sys.executable, os.path.abspath(__file__), f"--_grappler_child={mode}",
+            cmd = [sys.executable, "-m", "bench.bench_determinism", f"--_grappler_child={mode}",
                    f"--cpu_replicas={opts.cpu_replicas}", f"--batch_size={opts.batch_size}",
                    f"--max_steps={opts.max_steps}"]
             out = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True,
@@ -172,7 +172,8 @@ def main() -> None:
         time_step_child(opts._grappler_child == "on", opts.cpu_replicas, opts.batch_size, opts.max_steps or 10)
         return
     import numpy as np
-    from common import machine_info, print_machine
+
+    from bench.common import machine_info, print_machine
 
     if opts.max_steps is None:
         opts.max_steps = 8 if opts.matrix else 10 if opts.grappler_cost else 19

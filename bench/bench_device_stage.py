@@ -26,13 +26,13 @@ Four measurements, each reported as ratios within one run (docs/benchmarks.md §
 
 Timing as in bench/common.py: interleaved rounds, medians, process CPU time (all threads) besides wall time.
 
-    python bench/bench_device_stage.py --json /tmp/device_stage.json      # CPU figures of §4, 6-8 min on 2 cores
-    python bench/bench_device_stage.py --quick                            # smoke test of 1-3, ~2 min
-    python bench/bench_device_stage.py --parts=train_main --train_main_runs=2        # end to end, alternating
-    python bench/bench_device_stage.py --parts=finish_breakdown           # where finish_views' time goes
-    python bench/bench_device_stage.py --host_breakdown --repeats=2       # where device mode's host CPU goes
-    python bench/bench_device_stage.py --gpu --json /tmp/gpu.json         # on a GPU machine
-    python bench/bench_device_stage.py --gpu --quick                      # the GPU suite at toy sizes (CPU ok)
+    python -m bench.bench_device_stage --json /tmp/device_stage.json      # CPU figures of §4, 6-8 min on 2 cores
+    python -m bench.bench_device_stage --quick                            # smoke test of 1-3, ~2 min
+    python -m bench.bench_device_stage --parts=train_main --train_main_runs=2        # end to end, alternating
+    python -m bench.bench_device_stage --parts=finish_breakdown           # where finish_views' time goes
+    python -m bench.bench_device_stage --host_breakdown --repeats=2       # where device mode's host CPU goes
+    python -m bench.bench_device_stage --gpu --json /tmp/gpu.json         # on a GPU machine
+    python -m bench.bench_device_stage --gpu --quick                      # the GPU suite at toy sizes (CPU ok)
 
 This file is the command (flags, which parts run, the JSON); the parts live beside it: device_stage_host.py
 (1, 1b, ``--host_breakdown``), device_stage_step.py (2, ``finish_breakdown``, 3), device_stage_gpu.py (4), and
@@ -48,11 +48,11 @@ import os
 import sys
 import time
 
-import common  # noqa: E402  (sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads)
-from device_stage_gpu import part_gpu  # noqa: E402
-from device_stage_harness import load_cached, synthetic_jpegs  # noqa: E402
-from device_stage_host import part_host_breakdown, part_jpeg, part_pipeline  # noqa: E402
-from device_stage_step import part_finish_breakdown, part_share, part_train_main  # noqa: E402
+from bench import common
+from bench.device_stage_gpu import part_gpu
+from bench.device_stage_harness import load_cached, synthetic_jpegs
+from bench.device_stage_host import part_host_breakdown, part_jpeg, part_pipeline
+from bench.device_stage_step import part_finish_breakdown, part_share, part_train_main
 
 DEFAULT_SOURCE = "folder:/work/shared/data/tiny-imagenet-mini@all"
 

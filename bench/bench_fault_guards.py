@@ -6,7 +6,7 @@
    10,000-image shuffle buffer, the pair stream's earlier order, against `epoch_order`'s full permutation, at
    STL10's (105,000) and ImageNet-100's (126,689) sizes. Index streams only: no image is decoded.
 
-    PYTHONPATH=. python bench/bench_fault_guards.py [--orders_only]
+    python -m bench.bench_fault_guards [--orders_only]
 """
 
 from __future__ import annotations

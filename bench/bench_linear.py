@@ -16,7 +16,7 @@ the previous solution.
 
 Usage (the paper-sized problem, CIFAR-like 45k train / 5k val / 10k test, 2048-d, 10 classes):
 
-    python bench/bench_linear.py --n_train 45000 --n_val 5000 --n_test 10000 --dim 2048 --classes 10
+    python -m bench.bench_linear --n_train 45000 --n_val 5000 --n_test 10000 --dim 2048 --classes 10
 
 Prints one line per backend: seconds for the sweep + refit, chosen regulariser, test accuracy,
 total L-BFGS iterations; ``--json`` writes the same as JSON.
@@ -31,11 +31,9 @@ import platform
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout's package
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from augself_tf.evaluation.estimators import logreg  # noqa: E402
+from augself_tf.evaluation.estimators import logreg
 
 
 def synthetic_features(

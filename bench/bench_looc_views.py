@@ -5,11 +5,11 @@ Each configuration is the model train_main builds (``augself_tf.training.loop.bu
 the ω a key copies from q is copied), so the input pipeline is not timed. After warm-up the configurations run
 in interleaved rounds (one step each per round, the order reversed every other round); per configuration the
 median over rounds of process CPU seconds (every thread) and wall seconds per step are printed, and the ratio to
-MoCo is the median of the per-round ratios, so a shared machine's load drift cancels out. Self-contained (only
-the augself_tf package), so it runs from any working directory of a checkout:
+MoCo is the median of the per-round ratios, so a shared machine's load drift cancels out. It uses only the
+augself_tf package; from the checkout's root:
 
-    python bench/bench_looc_views.py                                   # docs/benchmarks.md: 96 px, batch 32
-    python bench/bench_looc_views.py --image_size=32 --width=0.25 --repeats=3   # a quick look
+    python -m bench.bench_looc_views                                   # docs/benchmarks.md: 96 px, batch 32
+    python -m bench.bench_looc_views --image_size=32 --width=0.25 --repeats=3   # a quick look
 """
 
 from __future__ import annotations
@@ -21,18 +21,15 @@ import statistics
 import sys
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout's package
+import numpy as np
+import tensorflow as tf
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from augself_tf.augment import AugmentConfig, registry  # noqa: E402
-from augself_tf.methods import METHODS  # noqa: E402
-from augself_tf.methods.augself_model import PretrainData  # noqa: E402
-from augself_tf.methods.model_config import ModelConfig  # noqa: E402
-from augself_tf.training.loop import build_model, make_distributed_step  # noqa: E402
-from augself_tf.training.train_config import TrainConfig  # noqa: E402
+from augself_tf.augment import AugmentConfig, registry
+from augself_tf.methods import METHODS
+from augself_tf.methods.augself_model import PretrainData
+from augself_tf.methods.model_config import ModelConfig
+from augself_tf.training.loop import build_model, make_distributed_step
+from augself_tf.training.train_config import TrainConfig
 
 #: label -> (method, --looc_augmentations or None): N = 2, 3, 4.
 CONFIGS = {"moco (N=2)": ("moco", None), "looc color (N=3)": ("looc", "color"),

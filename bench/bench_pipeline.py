@@ -14,10 +14,10 @@ wall-clock pairs/s we report pairs per CPU-second (process CPU time, all threads
 fully used core, which is what scales to an N-core input host and is far less sensitive to other jobs on a
 shared machine.
 
-    python bench/bench_pipeline.py                      # the committed figures (docs/benchmarks.md), ~8 min
-    python bench/bench_pipeline.py --sizes=96 --repeats=1 --skip_default_run   # quick look
-    python bench/bench_pipeline.py --sources=stl10@train+unlabelled --sizes=96 --step_batch_size=256
-    python bench/bench_pipeline.py --op_breakdown --sources=folder:/work/shared/data/tiny-imagenet-mini@all
+    python -m bench.bench_pipeline                      # the committed figures (docs/benchmarks.md), ~8 min
+    python -m bench.bench_pipeline --sizes=96 --repeats=1 --skip_default_run   # quick look
+    python -m bench.bench_pipeline --sources=stl10@train+unlabelled --sizes=96 --step_batch_size=256
+    python -m bench.bench_pipeline --op_breakdown --sources=folder:/work/shared/data/tiny-imagenet-mini@all
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ import os
 import sys
 import time
 
-import common  # noqa: E402  (sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads)
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
-from augself_tf.augment import AugmentConfig  # noqa: E402
-from augself_tf.data.pretrain import make_pair_dataset  # noqa: E402
-from augself_tf.data.sources import load_source  # noqa: E402
+from augself_tf.augment import AugmentConfig
+from augself_tf.data.pretrain import make_pair_dataset
+from augself_tf.data.sources import load_source
+from bench import common
 
 DEFAULT_SOURCES = (
     "folder:/work/shared/data/tiny-imagenet-mini@all,"

@@ -8,10 +8,10 @@ other round); figures are medians over rounds, and the AugSelf overhead is the m
 per-round ratio with/without (the two steps of a round run seconds apart, so a shared machine's load
 drift cancels out).
 
-    python bench/bench_train_step.py                           # committed CPU figures: 96 px, batch 32
-    python bench/bench_train_step.py --image_size=96 --batch_size=256                 # GPU, full scale
-    python bench/bench_train_step.py --methods=moco --mixed_precision=float16 --compare_method=moco
-    python bench/bench_train_step.py --no-jit --mixed_precision=none --repeats=3      # AugSelf overhead only
+    python -m bench.bench_train_step                           # committed CPU figures: 96 px, batch 32
+    python -m bench.bench_train_step --image_size=96 --batch_size=256                 # GPU, full scale
+    python -m bench.bench_train_step --methods=moco --mixed_precision=float16 --compare_method=moco
+    python -m bench.bench_train_step --no-jit --mixed_precision=none --repeats=3      # AugSelf overhead only
 
 A configuration that fails to build or run (e.g. XLA under a multi-device MirroredStrategy) is reported as
 FAILED with the error instead of stopping the run.
@@ -27,11 +27,11 @@ import sys
 import time
 import traceback
 
-import common  # noqa: E402  (sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads)
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
-from augself_tf.augment import parse_augself  # noqa: E402
-from augself_tf.runtime.strategy import make_strategy  # noqa: E402
+from augself_tf.augment import parse_augself
+from augself_tf.runtime.strategy import make_strategy
+from bench import common
 
 
 def main(argv: list[str] | None = None) -> int:

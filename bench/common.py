@@ -14,23 +14,17 @@ import gc
 import os
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# `python bench/x.py` puts bench/ first on sys.path, not the checkout: without this the scripts would time the
-# pip-installed augself_tf, which may be another checkout's.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import keras
+import tensorflow as tf
 
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
+from augself_tf.augment import registry
 
 # Each configuration owns a tf.function built from the same Python function, which makes TF warn about
 # "retracing"; every configuration is traced once during its warm-up, outside the timings.
 tf.get_logger().setLevel("ERROR")
-
-from augself_tf.augment import registry  # noqa: E402
 
 # ω sizes per view, as the registry declares them; a synthetic batch carries all of them, as the pipeline does.
 OMEGA_DIMS = dict(registry.OMEGA_DIMS)

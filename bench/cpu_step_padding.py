@@ -8,12 +8,12 @@ import time
 from collections.abc import Iterator
 from unittest import mock
 
-import common  # noqa: E402  (sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads)
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from cpu_step_stats import merge_rounds, paired, print_step_table, step_summary  # noqa: E402
+import keras
+import tensorflow as tf
 
-import augself_tf.models.resnet as resnet  # noqa: E402
+import augself_tf.models.resnet as resnet
+from bench import common
+from bench.cpu_step_stats import merge_rounds, paired, print_step_table, step_summary
 
 # ------------------------------------------------------------------------------------------------ 1. padding
 

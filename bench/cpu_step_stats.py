@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 
-import common  # noqa: E402  (sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads)
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
+
+from bench import common
 
 
 def spread(xs: list[float]) -> dict:

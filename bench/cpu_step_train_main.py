@@ -12,10 +12,9 @@ import sys
 import tempfile
 import time
 
-import common  # noqa: E402  (sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads)
-from cpu_step_stats import fmt, spread  # noqa: E402
-
-from augself_tf.runtime import tensorboard  # noqa: E402
+from augself_tf.runtime import tensorboard
+from bench import common
+from bench.cpu_step_stats import fmt, spread
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -37,8 +36,7 @@ def run_train_main(flags: list[str], model_dir: str) -> dict:
     """train_main.py as a subprocess; the process CPU time (all threads) is sampled at every progress line."""
     cmd = [sys.executable, os.path.join(REPO, "train_main.py"), f"--model_dir={model_dir}", *flags]
     print(f"#   {' '.join(cmd[1:])}", flush=True)
-    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     cpu_at: dict[int, tuple[float, float]] = {}

@@ -9,25 +9,25 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-import common  # noqa: E402  (sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads)
-from cpu_step_stats import intra_op_threads, paired, print_step_table, step_summary  # noqa: E402
+from bench import common
+from bench.cpu_step_stats import intra_op_threads, paired, print_step_table, step_summary
 
-BENCH = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # ------------------------------------------------------------------------------------------------ 2. step
 
 
 class TorchWorker:
-    """bench/torch_simsiam.py --worker in its own process; `run(precision)` times one step there."""
+    """``python -m bench.torch_simsiam --worker`` in its own process; `run(precision)` times one step there."""
 
     def __init__(self, args, label: str, env: dict[str, str], precisions: str) -> None:
         self.label = label
-        cmd = [sys.executable, os.path.join(BENCH, "torch_simsiam.py"), "--worker", f"--width={args.width}",
+        cmd = [sys.executable, "-m", "bench.torch_simsiam", "--worker", f"--width={args.width}",
                f"--image_size={args.image_size}", f"--batch_size={args.step_batch}",
                f"--threads={args.torch_threads or intra_op_threads()}", f"--precisions={precisions}"]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     env={**os.environ, **env})
+                                     env={**os.environ, **env}, cwd=REPO)
         self.info = json.loads(self.proc.stdout.readline())
         self.batch = args.step_batch
 

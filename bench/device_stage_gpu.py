@@ -9,9 +9,12 @@ import os
 import time
 import traceback
 
-import common  # noqa: E402  (sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads)
-import tensorflow as tf  # noqa: E402
-from device_stage_harness import (  # noqa: E402
+import tensorflow as tf
+
+from augself_tf.augment import AugmentConfig
+from augself_tf.runtime.strategy import make_strategy
+from bench import common
+from bench.device_stage_harness import (
     MODES,
     finish_views_fn,
     interleaved_pipelines,
@@ -20,9 +23,6 @@ from device_stage_harness import (  # noqa: E402
     pair_factory,
     timed,
 )
-
-from augself_tf.augment import AugmentConfig  # noqa: E402
-from augself_tf.runtime.strategy import make_strategy  # noqa: E402
 
 # ----------------------------------------------------------------------------------------------- 4. GPU suite
 

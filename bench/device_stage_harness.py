@@ -8,13 +8,13 @@ import dataclasses
 import functools
 import time
 
-import common  # noqa: E402  (sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads)
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from bench_pipeline import cached_source  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
-from augself_tf.augment import AugmentConfig, finish_views, ops  # noqa: E402
-from augself_tf.data.pretrain import make_pair_dataset  # noqa: E402
+from augself_tf.augment import AugmentConfig, finish_views, ops
+from augself_tf.data.pretrain import make_pair_dataset
+from bench import common
+from bench.bench_pipeline import cached_source
 
 MODES = ("host", "device")
 

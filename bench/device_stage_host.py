@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
-import common  # noqa: E402  (sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads)
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from device_stage_harness import (  # noqa: E402
+import numpy as np
+import tensorflow as tf
+
+from augself_tf.augment import AugmentConfig, augment_view, augment_view_for_device, ops, registry
+from augself_tf.augment.crop_sampler import crop_box
+from augself_tf.augment.steps import DEVICE, HOST
+from augself_tf.data.pretrain import example_seed
+from bench import common
+from bench.device_stage_harness import (
     MODES,
     interleaved_pipelines,
     jpeg_source,
@@ -16,11 +21,6 @@ from device_stage_harness import (  # noqa: E402
     raw,
     with_threads,
 )
-
-from augself_tf.augment import AugmentConfig, augment_view, augment_view_for_device, ops, registry  # noqa: E402
-from augself_tf.augment.crop_sampler import crop_box  # noqa: E402
-from augself_tf.augment.steps import DEVICE, HOST  # noqa: E402
-from augself_tf.data.pretrain import example_seed  # noqa: E402
 
 # ----------------------------------------------------------------------------------------------- 1. pipeline
 

@@ -11,16 +11,16 @@ import sys
 import tempfile
 import time
 
-import common  # noqa: E402  (sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads)
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from device_stage_harness import MODES, finish_views_fn, one_batch, paired, raw, timed, with_select_jitter  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
-from augself_tf.augment import AugmentConfig, finish_views, ops, registry  # noqa: E402
-from augself_tf.augment.photometric import decode_color_omega  # noqa: E402
-from augself_tf.augment.steps import DEVICE  # noqa: E402
-from augself_tf.runtime.tensorboard import last_per_step, read_scalars  # noqa: E402
-from augself_tf.training.loop import make_distributed_step  # noqa: E402
+from augself_tf.augment import AugmentConfig, finish_views, ops, registry
+from augself_tf.augment.photometric import decode_color_omega
+from augself_tf.augment.steps import DEVICE
+from augself_tf.runtime.tensorboard import last_per_step, read_scalars
+from augself_tf.training.loop import make_distributed_step
+from bench import common
+from bench.device_stage_harness import MODES, finish_views_fn, one_batch, paired, raw, timed, with_select_jitter
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 

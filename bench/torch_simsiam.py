@@ -9,7 +9,7 @@ with the predictor in a constant-lr group, as the reference code trains. The inp
 the forward pass, as it is the first layer of our backbone. No torchvision (it is not installed).
 
 This file imports no TensorFlow; the benchmark runs it as a separate worker process
-(``python bench/torch_simsiam.py --worker``) that answers one line per step on stdin with a JSON line
+(``python -m bench.torch_simsiam --worker``) that answers one line per step on stdin with a JSON line
 {"wall", "cpu", "loss"} on stdout, so the two frameworks' thread pools never share a process.
 """
 

@@ -7,9 +7,9 @@ them portable), ``main_report.py`` and ``looc_report.py`` (each suite's block of
 ``seed_cells.py``, ``wall_table.py`` and ``doc_blocks.py``), ``ledger_runner.py`` (running arms into the ledger,
 with ``run_directory.py``, ``child_process.py``, ``provenance.py`` and ``time_estimates.py``) and
 ``step_times.py`` (``--time_steps``). ``sweep.py`` runs λ / colour-strength sweeps (docs/analyses.md);
-``plot_monitors.py`` draws the monitor curves of runs (docs/monitors.md). Each script runs from the repository
-root as ``python reproduce/<script>.py`` (its siblings then import as top-level modules) or as
-``python -m reproduce.<script>``; tests import ``reproduce.<module>``. A new arm is a line in
-``main_arms.default_arms`` (or ``looc_arms.looc_table_arms``) and, once run, a new file in ``ledger/``. Timing
-benchmarks are in bench/, the PyTorch parity harness in bench/parity/.
+``plot_monitors.py`` draws the monitor curves of runs (docs/monitors.md). Each script runs from the checkout's
+root as ``python -m reproduce.<script>``; ``augself-reproduce`` is ``reproduce_small``'s command (an editable
+install, ``pip install -e .``); every module imports its siblings as ``reproduce.<module>``, as tests do. A new
+arm is a line in ``main_arms.default_arms`` (or ``looc_arms.looc_table_arms``) and, once run, a new file in
+``ledger/``. Timing benchmarks are in bench/, the PyTorch parity harness in bench/parity/.
 """

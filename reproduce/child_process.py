@@ -11,10 +11,7 @@ import signal
 import subprocess
 from collections.abc import Callable
 
-if __package__:  # imported as reproduce.child_process
-    from reproduce.run_directory import Context
-else:  # python reproduce/reproduce_small.py put reproduce/ first on sys.path
-    from run_directory import Context
+from reproduce.run_directory import Context
 
 
 def _default_sigint() -> None:

@@ -6,29 +6,36 @@ can be rebuilt anywhere from the committed files. What an arm is and how its id 
 running arms into the ledger: reproduce/ledger_runner.py; the command: reproduce/reproduce_small.py. Beside the
 entries, ``<ledger>/timings/<suite>.json`` holds a suite's step times (:func:`timings_path`).
 
-This module puts the checkout root on sys.path, so ``python reproduce/reproduce_small.py`` reads this checkout's
-augself_tf, not an installed one: every module of reproduce_small that imports augself_tf (in a function, when
-used: main_report, looc_report, time_estimates, this one) imports this module. Nothing here imports
-TensorFlow except reading TensorBoard events (:func:`read_monitor_events`), imported when used.
+The reproduction runs in a checkout: :data:`ROOT` is the folder above this package, which holds the committed
+ledger, docs/results.md and the programs an arm runs (train_main.py, eval_main.py). That is where ``python -m
+reproduce.reproduce_small`` from the checkout's root and ``augself-reproduce`` of an editable install
+(``pip install -e .``) import the package from; an install elsewhere has none of it, which
+:func:`checkout_error` says in one line. Nothing here imports TensorFlow except reading TensorBoard events
+(:func:`read_monitor_events`), imported when used.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Iterable
 
-if __package__:  # imported as reproduce.ledger
-    from reproduce.arm_settings import Arm
-else:  # python reproduce/reproduce_small.py put reproduce/ first on sys.path
-    from arm_settings import Arm
+from reproduce.arm_settings import Arm
 
 SCHEMA = 1
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:  # run as `python reproduce/x.py`: read this checkout's augself_tf, not an installed one
-    sys.path.insert(1, ROOT)
-COMMAND = "python reproduce/reproduce_small.py"
+COMMAND = "augself-reproduce"
+# What of the checkout the reproduction reads, writes or runs (folders end in /).
+CHECKOUT_PATHS = ("train_main.py", "eval_main.py", "reproduce/ledger/", "docs/results.md")
+
+
+def checkout_error(program: str, run_as: str, paths: Iterable[str] = CHECKOUT_PATHS) -> str | None:
+    """One error line when :data:`ROOT` lacks any of ``paths`` (the package was installed outside a checkout),
+    naming what is missing and ``run_as``, how to run the program instead; None when every path is there."""
+    missing = [p for p in paths if not (os.path.isdir if p.endswith("/") else os.path.isfile)(os.path.join(ROOT, p))]
+    if not missing:
+        return None
+    return f"{program}: error: {ROOT} is not an augself-tf checkout (no {', '.join(missing)}): in a checkout, {run_as}"
 
 
 def entry_path(ledger_dir: str, arm: Arm) -> str:

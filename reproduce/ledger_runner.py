@@ -15,40 +15,22 @@ import shutil
 import time
 from collections.abc import Sequence
 
-if __package__:  # imported as reproduce.ledger_runner (python -m reproduce.reproduce_small, tests)
-    from reproduce import ledger
-    from reproduce.arm_settings import Arm
-    from reproduce.child_process import ChildKilledError, check_not_killed, run_logged
-    from reproduce.provenance import git_info, machine_info
-    from reproduce.run_directory import (
-        Context,
-        Lock,
-        checkpoint_step,
-        load_state,
-        recover_sessions,
-        save_state,
-        status_line,
-        steps_from_log,
-        total_steps,
-    )
-    from reproduce.time_estimates import estimate
-else:  # run as a script (python reproduce/reproduce_small.py), which put reproduce/ first on sys.path
-    import ledger
-    from arm_settings import Arm
-    from child_process import ChildKilledError, check_not_killed, run_logged
-    from provenance import git_info, machine_info
-    from run_directory import (
-        Context,
-        Lock,
-        checkpoint_step,
-        load_state,
-        recover_sessions,
-        save_state,
-        status_line,
-        steps_from_log,
-        total_steps,
-    )
-    from time_estimates import estimate
+from reproduce import ledger
+from reproduce.arm_settings import Arm
+from reproduce.child_process import ChildKilledError, check_not_killed, run_logged
+from reproduce.provenance import git_info, machine_info
+from reproduce.run_directory import (
+    Context,
+    Lock,
+    checkpoint_step,
+    load_state,
+    recover_sessions,
+    save_state,
+    status_line,
+    steps_from_log,
+    total_steps,
+)
+from reproduce.time_estimates import estimate
 
 
 def train(arm: Arm, ctx: Context, state: dict) -> bool:

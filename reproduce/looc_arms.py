@@ -12,12 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 
-if __package__:  # imported as reproduce.looc_arms
-    from reproduce import arm_settings
-    from reproduce.arm_settings import Arm, Budget, EvalCall
-else:  # python reproduce/reproduce_small.py put reproduce/ first on sys.path
-    import arm_settings
-    from arm_settings import Arm, Budget, EvalCall
+from reproduce import arm_settings
+from reproduce.arm_settings import Arm, Budget, EvalCall
 
 SUITE = "looc"
 PLUS_SIGNATURE = "looc_plus_features"

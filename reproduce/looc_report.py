@@ -16,18 +16,10 @@ import os
 import statistics
 from collections.abc import Sequence
 
-if __package__:  # imported as reproduce.looc_report
-    from reproduce import doc_blocks, ledger, seed_cells
-    from reproduce.arm_settings import Arm, Budget, step_setting
-    from reproduce.looc_arms import PLUS_SUFFIX, SUITE, views_per_image
-    from reproduce.wall_table import wall_table
-else:  # python reproduce/reproduce_small.py
-    import doc_blocks
-    import ledger
-    import seed_cells
-    from arm_settings import Arm, Budget, step_setting
-    from looc_arms import PLUS_SUFFIX, SUITE, views_per_image
-    from wall_table import wall_table
+from reproduce import doc_blocks, ledger, seed_cells
+from reproduce.arm_settings import Arm, Budget, step_setting
+from reproduce.looc_arms import PLUS_SUFFIX, SUITE, views_per_image
+from reproduce.wall_table import wall_table
 
 BEGIN, END = "<!-- reproduce_small_looc:begin -->", "<!-- reproduce_small_looc:end -->"
 COMMAND = ledger.COMMAND + " --suite=looc"

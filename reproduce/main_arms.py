@@ -8,30 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 
-if __package__:  # imported as reproduce.main_arms
-    from reproduce.arm_settings import (
-        DEFAULT_SET,
-        MOCO_QUEUE,
-        MONITOR_FLAGS,
-        QUICK_BUDGET,
-        QUICK_MONITOR_FLAGS,
-        TINY_BUDGET,
-        Arm,
-        Budget,
-        EvalCall,
-    )
-else:  # python reproduce/reproduce_small.py put reproduce/ first on sys.path
-    from arm_settings import (
-        DEFAULT_SET,
-        MOCO_QUEUE,
-        MONITOR_FLAGS,
-        QUICK_BUDGET,
-        QUICK_MONITOR_FLAGS,
-        TINY_BUDGET,
-        Arm,
-        Budget,
-        EvalCall,
-    )
+from reproduce.arm_settings import (
+    DEFAULT_SET,
+    MOCO_QUEUE,
+    MONITOR_FLAGS,
+    QUICK_BUDGET,
+    QUICK_MONITOR_FLAGS,
+    TINY_BUDGET,
+    Arm,
+    Budget,
+    EvalCall,
+)
 
 SHAPES_BUDGET = Budget(epochs=10, width=0.125, image_size=32, batch_size=256, backbone="resnet18_cifar")
 

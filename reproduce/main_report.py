@@ -12,17 +12,10 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 
-if __package__:  # imported as reproduce.main_report
-    from reproduce import doc_blocks, ledger
-    from reproduce.arm_settings import VARIANT_ORDER, Arm, Budget, sort_key, variant_of
-    from reproduce.seed_cells import Group, cell, delta_cell
-    from reproduce.wall_table import wall_table
-else:  # python reproduce/reproduce_small.py put reproduce/ first on sys.path
-    import doc_blocks
-    import ledger
-    from arm_settings import VARIANT_ORDER, Arm, Budget, sort_key, variant_of
-    from seed_cells import Group, cell, delta_cell
-    from wall_table import wall_table
+from reproduce import doc_blocks, ledger
+from reproduce.arm_settings import VARIANT_ORDER, Arm, Budget, sort_key, variant_of
+from reproduce.seed_cells import Group, cell, delta_cell
+from reproduce.wall_table import wall_table
 
 BEGIN, END = "<!-- reproduce_small:begin -->", "<!-- reproduce_small:end -->"
 METHOD_NAMES = {"simsiam": "SimSiam", "moco": "MoCo v2", "byol": "BYOL", "simclr": "SimCLR", "swav": "SwAV"}
@@ -176,7 +169,7 @@ def render_block(entries: Sequence[dict], pending: Sequence[Arm], curves_link: s
         out += ["### Wall time, machines and commits", "", table, "", "Machines:", *legend, ""]
     if pending:
         out += ["Arms not yet in the ledger: " + ", ".join(f"`{a.name}`" for a in pending)
-                + ". `python reproduce/reproduce_small.py` runs them.", ""]
+                + f". `{command}` runs them.", ""]
     return "\n".join(out).rstrip("\n")
 
 

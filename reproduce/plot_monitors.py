@@ -1,6 +1,6 @@
 """Plot the online monitors (TensorBoard ``monitor/*`` scalars) of several runs against the training step.
 
-    python reproduce/plot_monitors.py --out docs/img/monitors_default.png \\
+    python -m reproduce.plot_monitors --out docs/img/monitors_default.png \\
         runs/moco_augself_crop_color runs/moco
 
 Each argument is a model_dir (or its tensorboard/ directory); the legend uses the directory's name, or
@@ -14,12 +14,7 @@ import argparse
 import os
 import sys
 
-if __package__:  # python -m reproduce.plot_monitors
-    from reproduce import ledger  # noqa: F401  (puts this checkout's augself_tf first on sys.path)
-else:  # python reproduce/plot_monitors.py
-    import ledger  # noqa: F401
-
-from augself_tf.startup import import_tensorflow_quietly  # noqa: E402
+from augself_tf.startup import import_tensorflow_quietly
 
 
 def read_monitors(run_dir: str) -> dict[str, list[tuple[int, float]]]:

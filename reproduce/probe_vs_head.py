@@ -1,6 +1,6 @@
 """Does the ω probe read what an AugSelf model's own heads read? Both on the same pairs of one trained run.
 
-    python reproduce/probe_vs_head.py --run=runs/reproduce_small/tiny-moco-augself-s0-t3ac1d2e0 \
+    python -m reproduce.probe_vs_head --run=runs/reproduce_small/tiny-moco-augself-s0-t3ac1d2e0 \
         --dataset=folder:../shared/data/tiny-imagenet-mini --image_size=64
 
 For a run trained with AugSelf (its directory holds ``saved_model/``, ``checkpoints/`` and ``run.json``), the
@@ -90,8 +90,6 @@ def main(argv: list[str] | None = None) -> int:
         if not os.path.exists(os.path.join(a.run, part)):
             print(f"probe_vs_head: {a.run} has no {part}; give a train_main --model_dir", file=sys.stderr)
             return 2
-    if ROOT not in sys.path:  # this checkout's augself_tf, not an installed one
-        sys.path.insert(1, ROOT)
     from augself_tf.startup import import_tensorflow_quietly
 
     import_tensorflow_quietly()

@@ -1,12 +1,12 @@
 """CPU-scale reproduction of the paper's effect, advanced in pieces through a results ledger.
 
-    python reproduce/reproduce_small.py                   # every arm not yet in the ledger (~4-5 h on 2 cores)
-    python reproduce/reproduce_small.py --time_budget=60  # only the arms that fit in an hour
-    python reproduce/reproduce_small.py --arms='tiny-simsiam-*-s1'  # some arms (globs on names or ids)
-    python reproduce/reproduce_small.py --list            # the arms, what is done, what is left
-    python reproduce/reproduce_small.py --report_only     # table, curves and docs/results.md from the ledger
-    python reproduce/reproduce_small.py --quick           # smoke version of the whole pipeline (CI)
-    python reproduce/reproduce_small.py --suite=looc      # the LooC comparison: the paper's LooC table (same flags)
+    augself-reproduce                      # every arm not yet in the ledger (~4-5 h on 2 cores)
+    augself-reproduce --time_budget=60     # only the arms that fit in an hour
+    augself-reproduce --arms='tiny-simsiam-*-s1'  # some arms (globs on names or ids)
+    augself-reproduce --list               # the arms, what is done, what is left
+    augself-reproduce --report_only        # table, curves and docs/results.md from the ledger
+    augself-reproduce --quick              # smoke version of the whole pipeline (CI)
+    augself-reproduce --suite=looc         # the LooC comparison: the paper's LooC table (same flags)
 
 An arm is one pretraining run (data, method, AugSelf set, conditioning set, seed, budget) and its
 evaluations with eval_main.py. Each finished arm writes reproduce/ledger/<arm id>.json (its settings,
@@ -20,7 +20,9 @@ Two arm sets (``--suite``): ``main``, the main reproduction (arms in reproduce/m
 reproduce/main_report.py), and ``looc``, the paper's LooC comparison (arms in reproduce/looc_arms.py,
 report in reproduce/looc_report.py); each suite's report reads only its own entries and writes its own block of
 docs/results.md.
-``python -m reproduce.reproduce_small`` from the repository root is the same command.
+``augself-reproduce`` is the command of an editable install (``pip install -e .``); ``python -m
+reproduce.reproduce_small`` from the checkout's root is the same program. Either reads and writes the checkout it
+imports this package from (reproduce/ledger.py's ``ROOT``) and stops with one line anywhere else.
 """
 
 from __future__ import annotations
@@ -30,30 +32,18 @@ import os
 import signal
 import sys
 
-if __package__:  # python -m reproduce.reproduce_small, or imported as reproduce.reproduce_small (tests)
-    from reproduce import (
-        arm_settings,
-        ledger,
-        ledger_runner,
-        looc_arms,
-        looc_report,
-        main_arms,
-        main_report,
-        run_directory,
-        step_times,
-        time_estimates,
-    )
-else:  # python reproduce/reproduce_small.py: Python put reproduce/ first on sys.path
-    import arm_settings
-    import ledger
-    import ledger_runner
-    import looc_arms
-    import looc_report
-    import main_arms
-    import main_report
-    import run_directory
-    import step_times
-    import time_estimates
+from reproduce import (
+    arm_settings,
+    ledger,
+    ledger_runner,
+    looc_arms,
+    looc_report,
+    main_arms,
+    main_report,
+    run_directory,
+    step_times,
+    time_estimates,
+)
 
 ROOT = ledger.ROOT
 
@@ -87,6 +77,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=None, help="tiny-imagenet budget's epochs (new arms; default 120)")
     p.add_argument("--width", type=float, default=None, help="tiny-imagenet budget's width (new arms; default 0.25)")
     args = p.parse_args(argv)
+    args.prog = p.prog.removesuffix(".py")  # augself-reproduce, or reproduce_small under python -m
     looc = args.suite == "looc"
     picture = "looc_omega_probe.png" if looc else "reproduce_small_curves.png"
     if args.quick:
@@ -113,7 +104,13 @@ def _terminate(signum, frame):  # noqa: ARG001
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The reproduction's command line (the module docstring); the exit status."""
     args = parse_args(argv)
+    error = ledger.checkout_error(args.prog, "run `python -m reproduce.reproduce_small` from its root, or "
+                                             f"`pip install -e .` there and then `{ledger.COMMAND}`")
+    if error:
+        print(error, file=sys.stderr)
+        return 2
     if args.suite == "looc":
         arms = looc_arms.quick_looc_arms() if args.quick else looc_arms.looc_table_arms(args.epochs, args.width)
         command, write_report = looc_report.COMMAND, looc_report.write_report
@@ -129,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         selected = arm_settings.select_arms(arms, args.arms)
     except ValueError as e:
-        print(f"reproduce_small: error: {e}", file=sys.stderr)
+        print(f"{args.prog}: error: {e}", file=sys.stderr)
         return 2
     ctx = run_directory.Context(root=ROOT, data_dir=os.path.abspath(args.data), out_dir=args.out,
                                 ledger_dir=args.ledger)
@@ -167,9 +164,14 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if result["failed"] else 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """``augself-reproduce`` and ``python -m reproduce.reproduce_small``: :func:`main`, exiting with its status."""
     try:
         sys.exit(main())
     except BrokenPipeError:  # `--list | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)
+
+
+if __name__ == "__main__":
+    cli()

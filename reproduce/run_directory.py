@@ -17,12 +17,8 @@ import socket
 import sys
 from collections.abc import Callable
 
-if __package__:  # imported as reproduce.run_directory
-    from reproduce import ledger
-    from reproduce.arm_settings import Arm
-else:  # python reproduce/reproduce_small.py put reproduce/ first on sys.path
-    import ledger
-    from arm_settings import Arm
+from reproduce import ledger
+from reproduce.arm_settings import Arm
 
 
 @dataclasses.dataclass

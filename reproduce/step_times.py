@@ -15,17 +15,10 @@ import os
 import statistics
 from collections.abc import Sequence
 
-if __package__:  # imported as reproduce.step_times
-    from reproduce import ledger, time_estimates
-    from reproduce.arm_settings import Arm, step_setting
-    from reproduce.provenance import git_info, machine_info
-    from reproduce.run_directory import Context
-else:  # python reproduce/reproduce_small.py put reproduce/ first on sys.path
-    import ledger
-    import time_estimates
-    from arm_settings import Arm, step_setting
-    from provenance import git_info, machine_info
-    from run_directory import Context
+from reproduce import ledger, time_estimates
+from reproduce.arm_settings import Arm, step_setting
+from reproduce.provenance import git_info, machine_info
+from reproduce.run_directory import Context
 
 STEPS = 40
 ROUNDS = 2

@@ -1,15 +1,15 @@
 """Sweeps of the paper's ablations: pretrain one model per flagfile, evaluate each, one table and one plot.
 
     # λ ∈ {0.5, 1, 2} (AugSelf{color}) — the paper's Table 8-style ablation
-    python reproduce/sweep.py --out_dir runs/sweep_lambda \\
+    python -m reproduce.sweep --out_dir runs/sweep_lambda \\
         flags/stl10_simsiam_color_lambda0.5.cfg flags/stl10_simsiam_color_lambda1.cfg \\
         flags/stl10_simsiam_color_lambda2.cfg flags/stl10_simsiam.cfg
     # colour strength s ∈ {0.5, 1, 1.5, 2}, with and without AugSelf — Figure 1
-    python reproduce/sweep.py --out_dir runs/sweep_color --eval_dataset oxford_flowers102 \\
+    python -m reproduce.sweep --out_dir runs/sweep_color --eval_dataset oxford_flowers102 \\
         flags/stl10_color0.5_simsiam.cfg flags/stl10_color0.5_simsiam_augself.cfg \\
         flags/stl10_simsiam.cfg flags/stl10_simsiam_augself.cfg ...
     # toy scale (seconds per run): shapes data, a tiny ResNet, 2 steps
-    python reproduce/sweep.py --quick --out_dir /tmp/sweep flags/stl10_color0.5_simsiam.cfg ...
+    python -m reproduce.sweep --quick --out_dir /tmp/sweep flags/stl10_color0.5_simsiam.cfg ...
 
 For each flagfile: ``train_main.py --flagfile=F --model_dir=OUT/runs/NAME [--train_arg ...]`` (NAME = the
 flagfile's name; later flags override the flagfile's, so ``--train_arg=--max_steps=100`` shortens a run;
@@ -32,10 +32,7 @@ import subprocess
 import sys
 import time
 
-if __package__:  # python -m reproduce.sweep
-    from reproduce.ledger import ROOT  # ledger puts this checkout's augself_tf first on sys.path
-else:  # python reproduce/sweep.py
-    from ledger import ROOT
+from reproduce import ledger
 
 # Toy scale: the embedded shapes data, a 1/16-width CIFAR ResNet-18, two steps.
 QUICK_TRAIN = [
@@ -81,7 +78,7 @@ def sh(cmds: list[list[str]], log_paths: list[str], jobs: int = 1) -> None:
             cmd, log_path = pending.pop(0)
             print("$ " + " ".join(cmd), flush=True)
             f = open(log_path, "a")  # noqa: SIM115 - closed when the process ends
-            running.append((subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=env), cmd,
+            running.append((subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ledger.ROOT, env=env), cmd,
                             log_path, f))
         proc, cmd, log_path, f = running.pop(0)
         code = proc.wait()
@@ -170,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="toy scale: shapes, tiny ResNet, 2 steps")
     p.add_argument("--jobs", type=int, default=1, help="pretraining runs in parallel")
     a = p.parse_args(argv)
+    error = ledger.checkout_error("sweep", "run `python -m reproduce.sweep` from its root",
+                                  ("train_main.py", "eval_main.py"))
+    if error:
+        raise SystemExit(error)
     for f in a.flagfiles:
         if not os.path.isfile(f):
             raise SystemExit(f"sweep: flagfile not found: {f}")

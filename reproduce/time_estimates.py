@@ -13,25 +13,18 @@ import shutil
 import statistics
 from collections.abc import Sequence
 
-if __package__:  # imported as reproduce.time_estimates
-    from reproduce import ledger
-    from reproduce.arm_settings import Arm
-    from reproduce.child_process import run_logged
-    from reproduce.provenance import machine_info
-    from reproduce.run_directory import (
-        Context,
-        checkpoint_step,
-        load_state,
-        recover_sessions,
-        steps_from_log,
-        total_steps,
-    )
-else:  # python reproduce/reproduce_small.py put reproduce/ first on sys.path
-    import ledger
-    from arm_settings import Arm
-    from child_process import run_logged
-    from provenance import machine_info
-    from run_directory import Context, checkpoint_step, load_state, recover_sessions, steps_from_log, total_steps
+from reproduce import ledger
+from reproduce.arm_settings import Arm
+from reproduce.child_process import run_logged
+from reproduce.provenance import machine_info
+from reproduce.run_directory import (
+    Context,
+    checkpoint_step,
+    load_state,
+    recover_sessions,
+    steps_from_log,
+    total_steps,
+)
 
 STARTUP_SECONDS = 60.0  # a train_main process's start, data reading, tracing and export (measured 20-60 s)
 MONITOR_OVERHEAD = 1.05  # a probe runs without monitors; they cost about 5% of a run (docs/monitors.md)

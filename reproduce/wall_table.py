@@ -8,10 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-if __package__:  # imported as reproduce.wall_table
-    from reproduce.arm_settings import sort_key
-else:  # python reproduce/reproduce_small.py put reproduce/ first on sys.path
-    from arm_settings import sort_key
+from reproduce.arm_settings import sort_key
 
 
 def machine_label(machine: dict) -> str:

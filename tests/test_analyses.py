@@ -271,7 +271,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _sweep_module():
-    from reproduce import sweep  # as the other reproduction tests import it (the script's run: the end-to-end test)
+    from reproduce import sweep  # as the other reproduction tests import it (the command's run: the end-to-end test)
 
     return sweep
 
@@ -296,7 +296,7 @@ def test_sweep_params_table_and_plot(tmp_path):
 def test_sweep_end_to_end_toy(tmp_path):
     """The script as a user runs it: two pretraining subprocesses side by side, one eval, table and plot."""
     out = tmp_path / "sweep"
-    cmd = [sys.executable, os.path.join(REPO, "reproduce", "sweep.py"), "--quick", "--jobs=2", f"--out_dir={out}",
+    cmd = [sys.executable, "-m", "reproduce.sweep", "--quick", "--jobs=2", f"--out_dir={out}",
            "--train_arg=--max_steps=1", os.path.join(REPO, "flags", "stl10_color0.5_simsiam_augself.cfg"),
            os.path.join(REPO, "flags", "stl10_color2_simsiam.cfg")]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=900)

@@ -185,9 +185,9 @@ def test_the_rule_catches_a_stale_path_and_skips_what_is_not_ours():
             "`runs/moco/saved_model`, [ok](../docs/results.md#reproduce-the-effect-on-a-cpu), `loss/total`,\n"
             "`tests/test_training.py::test_gone` `tests/test_install.py::test_python_m_has_exactly_the_scripts_flags`\n"
             "`--model_dir=runs/x`, `folder:/data/my_images`, `OUT/sweep.md`, `trainers.py`, https://example.org/a.py\n"
-            "```bash\npython reproduce/reproduce_small.py --report_only\npython bench/gone_bench.py\n```\n")
+            "```bash\npython -m reproduce.reproduce_small --report_only\npython -m bench.gone_bench\n```\n")
     assert stale(text, "tests") == [
         "link tests/docs/gone.md", "module augself_tf.models.sync_bn",
         "module augself_tf.training.optim.NoSuchOptimizer",
-        "node tests/test_training.py::test_gone", "path bench/gone_bench.py", "path models/sync_bn.py",
+        "module bench.gone_bench", "node tests/test_training.py::test_gone", "path models/sync_bn.py",
         "path no_such_module.py", "path tests/test_sync_bn.py"]

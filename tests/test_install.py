@@ -1,5 +1,6 @@
 """The package as a library user gets it: `pip install .` into a fresh venv, then `augself-train` and
-`augself-eval` from a directory outside the checkout; and every entry point of a program has the same flags
+`augself-eval` from a directory outside the checkout (and `augself-reproduce`, which needs a checkout, saying
+so in one line); and every entry point of a program has the same flags
 (`augself-train`, `python -m augself_tf.train` and the checkout's `train_main.py`; likewise for eval).
 
 The venv sees the site-packages of the interpreter running the tests (a ``.pth`` file lists them), whether
@@ -87,8 +88,9 @@ def _copy_project(dest: str) -> str:
     os.makedirs(dest)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(os.path.join(REPO, name), dest)
-    shutil.copytree(os.path.join(REPO, "augself_tf"), os.path.join(dest, "augself_tf"),
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for package in ("augself_tf", "reproduce"):
+        shutil.copytree(os.path.join(REPO, package), os.path.join(dest, package),
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     return dest
 
 
@@ -164,4 +166,12 @@ def test_pip_install_then_train_and_eval_outside_the_checkout(tmp_path):
     missing = _run([os.path.join(bin_dir, "augself-eval"), "--saved_model=/nonexistent/model"], work)
     assert missing.returncode == 2
     assert missing.stderr.strip().splitlines() == ["augself-eval: error: SavedModel not found: /nonexistent/model"]
+    # The reproduction runs in a checkout (its ledger, docs/results.md, train_main.py): installed, it says so.
+    reproduce = _run([os.path.join(bin_dir, "augself-reproduce"), "--list"], work)
+    assert reproduce.returncode == 2, reproduce.stdout[-2000:] + reproduce.stderr[-3000:]
+    [line] = reproduce.stderr.strip().splitlines()
+    assert line.startswith("augself-reproduce: error: ") and line.endswith(
+        " is not an augself-tf checkout (no train_main.py, eval_main.py, reproduce/ledger/, docs/results.md): in a "
+        "checkout, run `python -m reproduce.reproduce_small` from its root, or `pip install -e .` there and then "
+        "`augself-reproduce`"), line
     print(f"\ninstall + train + eval outside the checkout: {time.perf_counter() - t0:.0f} s")

@@ -7,7 +7,7 @@ import collections
 import graphlib
 import os
 
-from package_source import imported_modules, modules
+from package_source import import_statements, imported_modules, modules
 
 
 def _within(name: str, package: str) -> bool:
@@ -84,7 +84,7 @@ def test_estimators_hold_no_savedmodel_or_dataset_code():
 
 
 # ----------------------------------------------------------------------------------------------------
-# The reproduction (reproduce/): its modules are scripts' siblings, imported two ways (see reproduce/__init__.py)
+# The reproduction (reproduce/): its modules import each other as ``reproduce.<module>`` (see reproduce/__init__.py)
 
 REPRODUCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reproduce")
 BENCH = os.path.join(os.path.dirname(REPRODUCE), "bench")
@@ -107,33 +107,8 @@ def _reproduce_modules() -> dict[str, str]:
 
 
 def _siblings(names: set[str], modules: set[str]) -> set[str]:
-    """The reproduce/ modules among imported names: ``reproduce.x`` (package) and ``x`` (script) both read as x."""
-    return {n.removeprefix("reproduce.").split(".")[0] for n in names
-            if n.removeprefix("reproduce.").split(".")[0] in modules and n != "reproduce"}
-
-
-def _branch_imports(path: str, modules: set[str]) -> list[tuple[int, set[str], set[str]]]:
-    """(line, what the package branch imports, what the script branch imports) of each ``if __package__:``
-    block, as sibling names: ``ledger``, ``arm_settings.Arm`` (``from reproduce import ledger`` and
-    ``import ledger`` both read ``ledger``)."""
-    with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read(), path)
-
-    def local(name: str) -> str:
-        return "" if name == "reproduce" else name.removeprefix("reproduce.")
-
-    def names(body: list[ast.stmt]) -> set[str]:
-        out = set()
-        for node in body:
-            if isinstance(node, ast.Import):
-                out |= {local(a.name) for a in node.names}
-            elif isinstance(node, ast.ImportFrom):
-                base = local(node.module or "")
-                out |= {f"{base}.{a.name}" if base else a.name for a in node.names}
-        return {n for n in out if n.split(".")[0] in modules}
-
-    return [(node.lineno, names(node.body), names(node.orelse)) for node in tree.body
-            if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "__package__"]
+    """The reproduce/ modules among imported names (``reproduce.ledger``, ``reproduce.arm_settings.Arm``)."""
+    return {n.split(".")[1] for n in names if n.startswith("reproduce.") and n.split(".")[1] in modules}
 
 
 def _bench_modules() -> dict[str, str]:
@@ -183,49 +158,19 @@ def test_reproduction_imports_point_down_and_the_report_never_runs_anything():
     assert not {m: below(m, set()) & RUNNING for m in REPORTING if below(m, set()) & RUNNING}
 
 
-def test_reproduction_modules_import_the_same_siblings_both_ways():
-    """``python reproduce/x.py`` takes the ``else:`` branch, tests and ``python -m`` the ``if __package__:`` one:
-    a name imported in one branch only works one way and fails the other."""
-    found = _reproduce_modules()
-    blocks = {m: _branch_imports(p, set(found)) for m, p in found.items()}
-    assert blocks["ledger_runner"] and blocks["ledger_runner"][0][1]  # the reader sees the blocks and their imports
-    differ = {(m, line): (package ^ script) for m, bs in blocks.items() for line, package, script in bs
-              if package != script}
-    assert differ == {}
-
-
-def test_reproduction_modules_that_import_augself_tf_import_the_ledger_module():
-    """``python reproduce/reproduce_small.py`` reads this checkout's augself_tf because reproduce/ledger.py puts the
-    checkout root on sys.path: every module of the command that imports augself_tf must import it (scripts that
-    run on their own are not bound by it)."""
-    found = _reproduce_modules()
-    graph = {m: _siblings(imported_modules(f"reproduce.{m}", p), set(found)) for m, p in found.items()}
-    uses = {m for m, p in found.items() if m not in SCRIPTS
-            and any(n.split(".")[0] == "augself_tf" for n in imported_modules(f"reproduce.{m}", p))}
-    assert {"main_report", "time_estimates"} <= uses  # the reader sees imports inside functions
-    assert {m for m in uses if m != "ledger" and "ledger" not in graph[m]} == set()
-    assert "ledger" in graph["reproduce_small"]
-
-
 # ----------------------------------------------------------------------------------------------------
-# The benchmarks (bench/): scripts import their siblings as top-level modules (``import common``), the parity
-# harness its own as ``bench.parity.x`` (see bench/__init__.py)
+# The benchmarks (bench/): every module imports its siblings as ``bench.<module>`` (see bench/__init__.py)
 
 
 def _bench_imports() -> dict[str, set[str]]:
-    """bench module -> the bench modules it imports: ``bench.x.y`` read as its longest prefix that is a module,
-    a bare ``x`` (a script's sibling) as the module of that name beside the importer."""
+    """bench module -> the bench modules it imports, each ``bench.x.y`` read as its longest prefix that is one."""
     found = _bench_modules()
     graph = {}
     for module, path in found.items():
-        here = module if path.endswith("__init__.py") else module.rpartition(".")[0]
         edges = set()
         for name in imported_modules(module, path):
             parts = name.split(".")
-            prefixes = [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
-            if parts[0] != "bench":
-                prefixes = [f"{here}.{p}" for p in prefixes]
-            edges.add(next((p for p in prefixes if p in found), None))
+            edges.add(next((p for p in (".".join(parts[:i]) for i in range(len(parts), 0, -1)) if p in found), None))
         graph[module] = edges - {None, module}
     return graph
 
@@ -237,43 +182,49 @@ def test_bench_imports_form_no_circle():
     tuple(graphlib.TopologicalSorter(graph).static_order())  # raises CycleError on an import circle
 
 
-ROOT_ON_PATH = "sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))"
+# ----------------------------------------------------------------------------------------------------
+# How programs start: a console command or ``python -m`` from the checkout's root, which puts the right folders
+# on sys.path by itself; no module arranges its own imports for being run as a file
 
 
-def _first_line(path: str, wanted) -> int | None:
-    """The first line of PATH holding an import whose module name satisfies WANTED, or None."""
-    lines = []
-    for node in ast.walk(ast.parse(open(path).read())):
-        if isinstance(node, ast.Import):
-            lines += [node.lineno for a in node.names if wanted(a.name)]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and wanted(node.module or ""):
-            lines.append(node.lineno)
-    return min(lines, default=None)
+def _start_dependent(module: str, path: str) -> list[str]:
+    """What in MODULE depends on how its program was started: a use of ``sys.path``, a ``PYTHONPATH`` handed to
+    a child, an import under a test of ``__package__`` (one branch per way of starting), or a sibling imported
+    as a top-level module (``import common`` works only when the file's own folder is first on sys.path)."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    folder = os.path.dirname(path)
+    siblings = {n.removesuffix(".py") for n in os.listdir(folder) if n.endswith(".py") or
+                os.path.isfile(os.path.join(folder, n, "__init__.py"))} - {"__init__"}
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name)
+                and node.value.id == "sys"):
+            found.append(f"line {node.lineno}: sys.path")
+        elif isinstance(node, ast.Constant) and node.value == "PYTHONPATH":
+            found.append(f"line {node.lineno}: PYTHONPATH")
+        elif (isinstance(node, ast.If) and any(isinstance(n, ast.Name) and n.id == "__package__"
+                                               for n in ast.walk(node.test))
+              and any(isinstance(n, ast.Import | ast.ImportFrom) for n in ast.walk(node))):
+            found.append(f"line {node.lineno}: imports under a test of __package__")
+    found += [f"import {base}" for base, _ in import_statements(module, path) if base.split(".")[0] in siblings]
+    return found
 
 
-def test_bench_scripts_import_this_checkouts_augself_tf():
-    """``python bench/x.py`` puts bench/ on sys.path, not the checkout root: every bench module that imports
-    augself_tf first imports bench/common.py (which puts the root first), directly or through a sibling that
-    does, or puts the root there itself; otherwise a script would time the pip-installed package."""
-    graph, found = _bench_imports(), _bench_modules()
-    fixed = {m for m, p in found.items() if ROOT_ON_PATH in open(p).read()}
-    assert "bench.common" in fixed
+def test_no_module_depends_on_how_its_program_was_started():
+    """augself_tf/, reproduce/ and bench/ import each other by their package names only: their programs are
+    the console commands and ``python -m`` (``python -m reproduce.sweep``, ``python -m bench.bench_pipeline``)."""
+    found = {**modules(), **{f"reproduce.{m}": p for m, p in _reproduce_modules().items()}, **_bench_modules()}
+    assert {"augself_tf.train", "reproduce.reproduce_small", "bench.common", "bench.parity.parity"} <= set(found)
+    wrong = {m: what for m, p in found.items() if (what := _start_dependent(m, p))}
+    assert wrong == {}
 
-    def ready(module: str, seen: frozenset = frozenset()) -> int | None:
-        """The first line of MODULE after which the root is on sys.path (an import of a module that puts it)."""
-        if module in fixed:
-            text = open(found[module]).read()
-            return text[: text.index(ROOT_ON_PATH)].count("\n") + 1
-        short = {m.rpartition(".")[2]: m for m in graph[module] if m not in seen}
-        lines = [line for name, m in short.items() if ready(m, seen | {module}) is not None
-                 and (line := _first_line(found[module], lambda n, name=name: n.split(".")[-1] == name))]
-        return min(lines, default=None)
 
-    late = {}
-    for module, path in found.items():
-        first = _first_line(path, lambda n: n.split(".")[0] == "augself_tf")
-        if first is not None and not module.startswith("bench.parity"):  # the parity harness runs as `-m`
-            at = ready(module)
-            if at is None or at > first:
-                late[module] = (first, at)
-    assert late == {}, f"bench modules importing augself_tf before the checkout root is on sys.path: {late}"
+def test_the_start_rule_catches_each_trick(tmp_path):
+    (tmp_path / "common.py").write_text("")
+    path = tmp_path / "script.py"
+    path.write_text("import os\nimport sys\n\nsys.path.insert(0, os.path.dirname(__file__))\n"
+                    "if __package__:\n    from bench import common\nelse:\n    import common\n"
+                    "env = {'PYTHONPATH': '.'}\nif not __package__:\n    sys.exit('run it with python -m')\n")
+    assert set(_start_dependent("bench.script", str(path))) == {
+        "line 4: sys.path", "line 5: imports under a test of __package__", "line 9: PYTHONPATH", "import common"}

@@ -252,4 +252,4 @@ def test_committed_looc_block_is_the_ledgers_report():
                                      os.path.join(REPO, "docs", "img", "looc_omega_probe.png"))
     with open(os.path.join(REPO, "docs", "results.md")) as f:
         committed = doc_blocks.current_block(f.read(), looc_report.BEGIN, looc_report.END)
-    assert committed == block, "regenerate it: python reproduce/reproduce_small.py --suite=looc --report_only"
+    assert committed == block, "regenerate it: augself-reproduce --suite=looc --report_only"

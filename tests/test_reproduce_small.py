@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 import subprocess
 import sys
 import time
+import tomllib
 
 import numpy as np
 import pytest
@@ -20,6 +22,7 @@ from reproduce import (
     ledger_runner,
     main_arms,
     main_report,
+    reproduce_small,
     run_directory,
     seed_cells,
     time_estimates,
@@ -196,7 +199,7 @@ def test_report_from_a_ledger_dir_and_block_replacement(tmp_path):
 
 def test_empty_ledger_block_says_how_to_fill_it(tmp_path):
     block = main_report.render_block([], main_arms.default_arms()[:2], None)
-    assert "is empty" in block and "python reproduce/reproduce_small.py --report_only" in block
+    assert "is empty" in block and "augself-reproduce --report_only" in block
     assert "--time_budget=MINUTES" in block and "`shapes-moco-base-s0`" in block
 
 
@@ -405,7 +408,7 @@ def test_quick_end_to_end(tmp_path):
     finds them in the ledger; docs/ is never touched."""
     docs = {p: os.path.getmtime(os.path.join(REPO, p)) for p in ("docs/results.md",)}
     out = tmp_path / "quick"
-    cmd = [sys.executable, os.path.join(REPO, "reproduce", "reproduce_small.py"), "--quick", f"--out={out}"]
+    cmd = [sys.executable, "-m", "reproduce.reproduce_small", "--quick", f"--out={out}"]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=900)
     seconds = time.monotonic() - t0
@@ -436,6 +439,29 @@ def test_quick_end_to_end(tmp_path):
     assert {p: os.path.getmtime(os.path.join(REPO, p)) for p in docs} == docs
 
 
+def test_the_console_command_is_the_modules_cli():
+    """pyproject.toml's augself-reproduce runs what ``python -m reproduce.reproduce_small`` runs."""
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        target = tomllib.load(f)["project"]["scripts"]["augself-reproduce"]
+    module, _, name = target.partition(":")
+    assert getattr(importlib.import_module(module), name) is reproduce_small.cli
+
+
+def test_outside_a_checkout_the_command_stops_with_one_line(tmp_path, monkeypatch, capsys):
+    """A non-editable install has the package but not the checkout's ledger, docs and programs: one line naming
+    what is missing and how to run the reproduction, exit status 2, nothing written."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "results.md").write_text("")
+    monkeypatch.setattr(ledger, "ROOT", str(tmp_path))
+    assert reproduce_small.main(["--list", f"--out={tmp_path / 'out'}"]) == 2
+    out, err = capsys.readouterr()
+    [line] = err.strip().splitlines()
+    assert line.endswith(f"error: {tmp_path} is not an augself-tf checkout (no train_main.py, eval_main.py, "
+                         "reproduce/ledger/): in a checkout, run `python -m reproduce.reproduce_small` from its root, "
+                         "or `pip install -e .` there and then `augself-reproduce`"), line
+    assert out == "" and os.listdir(tmp_path) == ["docs"]
+
+
 def test_committed_results_block_is_the_ledgers_report():
     """docs/results.md's generated block is what --report_only makes of the committed ledger."""
     block = main_report.report_block(os.path.join(REPO, "reproduce", "ledger"), main_arms.default_arms(),
@@ -443,4 +469,4 @@ def test_committed_results_block_is_the_ledgers_report():
                                 os.path.join(REPO, "docs", "img", "reproduce_small_curves.png"))
     with open(os.path.join(REPO, "docs", "results.md")) as f:
         committed = doc_blocks.current_block(f.read(), main_report.BEGIN, main_report.END)
-    assert committed == block, "regenerate it: python reproduce/reproduce_small.py --report_only"
+    assert committed == block, "regenerate it: augself-reproduce --report_only"
