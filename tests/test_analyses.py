@@ -293,6 +293,7 @@ def test_sweep_params_table_and_plot(tmp_path):
     assert os.path.getsize(path) > 1000
 
 
+@pytest.mark.slow
 def test_sweep_end_to_end_toy(tmp_path):
     """The script as a user runs it: two pretraining subprocesses side by side, one eval, table and plot."""
     out = tmp_path / "sweep"

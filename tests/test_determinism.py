@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -26,6 +27,7 @@ def _checkpoint(model_dir: str) -> dict:
     return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map() if "save_counter" not in k}
 
 
+@pytest.mark.slow
 def test_two_replica_moco_device_b256_reruns_bit_identical(tmp_path):
     """Weights, BN statistics, momentum buffers, the key encoder and the queue after 3 steps: the same bits."""
     args = ["--deterministic", "--cpu_replicas=2", "--strategy=mirrored", "--method=moco", "--augself=crop,color",

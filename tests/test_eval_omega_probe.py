@@ -228,6 +228,7 @@ def test_options_are_checked():
         OmegaProbeOptions(val_fraction=1.0)
 
 
+@pytest.mark.slow
 def test_eval_main_runs_both_protocols_on_one_of_our_exports(tmp_path):
     """The program, as a user runs it, on a ResNet export of this project and a folder of images."""
     import json

@@ -154,6 +154,7 @@ def runs(trained, tmp_path_factory) -> dict:
 
 
 # 1. A missing index or state file must not restart the run at step 0 over the older checkpoints.
+@pytest.mark.slow
 @pytest.mark.parametrize("missing", MISSING)
 def test_missing_checkpoint_file_resumes_from_the_files_present(runs, missing):
     proc, run, older = runs[("missing", missing)]
@@ -171,6 +172,7 @@ def test_missing_checkpoint_file_resumes_from_the_files_present(runs, missing):
 
 
 # 4. A damaged newest checkpoint falls back to the older intact one, naming the bad file.
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", DAMAGES)
 def test_damaged_newest_checkpoint_falls_back_to_the_older_intact_one(runs, damage):
     proc, run, _ = runs[("damaged", damage)]
@@ -182,6 +184,7 @@ def test_damaged_newest_checkpoint_falls_back_to_the_older_intact_one(runs, dama
     assert not os.path.exists(os.path.join(run, "checkpoints", "ckpt-8_temp"))
 
 
+@pytest.mark.slow
 def test_no_intact_checkpoint_is_one_line_not_a_fresh_start(runs):
     line = _error_line(runs[("no_intact",)][0], 1)
     assert "no intact checkpoint" in line and "ckpt-6" in line and "ckpt-2" in line
@@ -189,6 +192,7 @@ def test_no_intact_checkpoint_is_one_line_not_a_fresh_start(runs):
 
 # 2 and 3. Divergence with a finite loss is caught from the weights and BN statistics; no checkpoint written
 # from such a state, and the "last good checkpoint" named really is sound.
+@pytest.mark.slow
 @pytest.mark.parametrize("lr", LRS)
 def test_divergence_stops_without_saving_a_diverged_state(runs, lr):
     proc, run, _ = runs[("diverge", lr)]
@@ -205,6 +209,7 @@ def test_divergence_stops_without_saving_a_diverged_state(runs, lr):
 
 
 # 4. A full disk: one line, and the partial ckpt-N_temp is removed (a file-size limit stands in for the disk).
+@pytest.mark.slow
 def test_full_disk_is_one_line_and_leaves_no_partial_checkpoint(runs):
     proc, run, _ = runs[("full_disk",)]
     line = _error_line(proc, 1)
@@ -213,6 +218,7 @@ def test_full_disk_is_one_line_and_leaves_no_partial_checkpoint(runs):
 
 
 # 5. SIGTERM / SIGINT: finish the step, save it, one line saying where to resume, exit 128 + signal.
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_saves_at_the_next_step_and_says_where_to_resume(tmp_path, sig):
     run = str(tmp_path / "run")
@@ -255,6 +261,7 @@ def test_folder_symlink_loop_lists_every_file_once(tmp_path):
     assert len(real) == len(set(real)) == 20
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", range(len(RUN_JSON_CASES)))
 def test_run_json_problems_are_one_line_naming_the_file(runs, case):
     content, expected = RUN_JSON_CASES[case]
@@ -265,6 +272,7 @@ def test_run_json_problems_are_one_line_naming_the_file(runs, case):
         assert not os.path.exists(path)  # not rewritten to match other settings
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", range(len(BAD_FLAG_CASES)))
 def test_bad_flag_exits_2_with_one_line(runs, case):
     _args, expected = BAD_FLAG_CASES[case]

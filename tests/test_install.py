@@ -121,6 +121,7 @@ ok = (major, minor) >= (70, 1) or importlib.util.find_spec("wheel") is not None
 print("ok" if ok else f"setuptools {setuptools.__version__} without the wheel package")"""
 
 
+@pytest.mark.slow
 @pytest.mark.install
 def test_pip_install_then_train_and_eval_outside_the_checkout(tmp_path):
     t0 = time.perf_counter()

@@ -145,6 +145,7 @@ def test_flags_switch_rotation_on_and_refuse_what_looc_cannot_use():
         build_method("looc", tiny_backbone(), options=SMALL, condition=("color",))
 
 
+@pytest.mark.slow
 def test_looc_trains_exports_both_signatures_and_eval_main_evaluates_each(tmp_path):
     run = str(tmp_path / "looc")
     result = train(tiny_run(run, method="looc", max_steps=2, checkpoint_every=2,

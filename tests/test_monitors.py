@@ -198,6 +198,7 @@ def _checkpoint(model_dir: str) -> dict:
     return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map() if "save_counter" not in k}
 
 
+@pytest.mark.slow
 def test_monitors_on_two_replicas_write_scalars_and_do_not_change_training(tmp_path):
     """Two replicas, --deterministic: the monitors run before step 1, after epoch 1 (step 5) and at the end,
     write their TensorBoard scalars, and leave weights, BN statistics, optimizer and MoCo queue after 7 steps

@@ -14,6 +14,8 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
 from augself_tf.runtime.tensorboard import read_scalars
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,6 +79,7 @@ def _check(results: list[tuple[int, str]], log_dir: str) -> None:
     assert not leftovers, leftovers
 
 
+@pytest.mark.slow
 def test_two_workers_train_checkpoint_export_and_resume(tmp_path):
     model_dir = str(tmp_path / "run")
     logs = tmp_path / "logs"

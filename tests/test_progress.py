@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from augself_tf.progress import MAX_LINE_LINES, Progress
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,6 +47,7 @@ def test_disabled_writes_nothing_and_close_ends_an_unfinished_bar():
     assert out.getvalue().endswith("\n") and out.getvalue().count("\n") == 1
 
 
+@pytest.mark.slow
 def test_train_main_log_file_is_readable(tmp_path):
     """stdout and stderr to a file, as under nohup: bounded line count and width, no redraws, no notices."""
     log_path = tmp_path / "train.log"

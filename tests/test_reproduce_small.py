@@ -403,6 +403,7 @@ def test_a_changed_evaluation_reevaluates_without_training_again(tmp_path, monke
 # The command
 
 
+@pytest.mark.slow
 def test_quick_end_to_end(tmp_path):
     """--quick as CI runs it: 2 shapes arms trained, evaluated and entered in a ledger under --out; the rerun
     finds them in the ledger; docs/ is never touched."""

@@ -122,6 +122,7 @@ CONDITIONED = ("--condition=crop,color,color_diff,blur,grayscale", "--condition_
     (SIMSIAM_HOST, 2, 4),
     (LOOC, 2, 5),
 ], ids=["moco-conditioned", "simsiam-host-b128", "looc-4-views"])
+@pytest.mark.slow
 def test_kill_9_mid_epoch_then_same_command_ends_bit_identical(tmp_path, args, kill_after, steps):
     """Two replicas, --deterministic: SIGKILL after a mid-epoch checkpoint, rerun the command, compare bits."""
     full, killed = str(tmp_path / "full"), str(tmp_path / "killed")
