@@ -22,7 +22,7 @@ from device_stage_harness import (  # noqa: E402
 )
 
 from augself_tf.augment import AugmentConfig  # noqa: E402
-from augself_tf.runtime.strategy import make_strategy  # noqa: E402
+from augself_tf.runtime.strategy import make_strategy, preferred_mixed_precision  # noqa: E402
 
 # ----------------------------------------------------------------------------------------------- 4. GPU suite
 
@@ -30,10 +30,9 @@ from augself_tf.runtime.strategy import make_strategy  # noqa: E402
 def part_gpu(source, args) -> dict:
     strategy = make_strategy("one_device")
     device = strategy.extended.worker_devices[0]
-    has_gpu = bool(tf.config.list_physical_devices("GPU"))
     mp = args.gpu_mixed_precision
     if mp == "auto":
-        mp = "float16" if has_gpu else "bfloat16"
+        mp = preferred_mixed_precision()
     print(f"# GPU suite on {device}; mixed precision = {mp}", flush=True)
     out = {}
     for item in args.gpu_configs.split(","):
