@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="BACKBONE@SIZE:PER_DEVICE_BATCH list of the GPU suite")
     p.add_argument("--gpu_width", type=float, default=1.0)
     p.add_argument("--gpu_mixed_precision", default="auto", choices=["auto", "float16", "bfloat16"],
-                   help="auto: float16 on a GPU, bfloat16 on CPU")
+                   help="auto: bfloat16, float16 on GPUs without it (preferred_mixed_precision)")
     p.add_argument("--gpu_warmup", type=int, default=3)
     p.add_argument("--gpu_repeats", type=int, default=10)
     p.add_argument("--json", default=None, help="also write the results here")

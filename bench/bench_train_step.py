@@ -27,10 +27,8 @@ import sys
 import time
 import traceback
 
-import tensorflow as tf
-
 from augself_tf.augment import parse_augself
-from augself_tf.runtime.strategy import make_strategy
+from augself_tf.runtime.strategy import make_strategy, preferred_mixed_precision
 from bench import common
 
 
@@ -46,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jit", action=argparse.BooleanOptionalAction, default=True,
                    help="also time jit_compile=True (XLA)")
     p.add_argument("--mixed_precision", default="auto", choices=["auto", "none", "bfloat16", "float16"],
-                   help="also time this mixed-precision policy (auto: float16 on GPU, bfloat16 on CPU)")
+                   help="also time this mixed-precision policy (auto: bfloat16, float16 on GPUs without "
+                        "it)")
     p.add_argument("--strategy", default="one_device", choices=["auto", "one_device", "mirrored"],
                    help="as train_main's --strategy (mirrored over --cpu_replicas logical CPUs without GPUs)")
     p.add_argument("--cpu_replicas", type=int, default=1)
@@ -73,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         specs[f"{ref_key} jit"] = dataclasses.replace(reference, jit_compile=True)
     mp = args.mixed_precision
     if mp == "auto":
-        mp = "float16" if tf.config.list_physical_devices("GPU") else "bfloat16"
+        mp = preferred_mixed_precision()
     if mp != "none":
         specs[f"{ref_key} {mp}"] = dataclasses.replace(reference, mixed_precision=mp)
 

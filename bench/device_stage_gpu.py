@@ -12,7 +12,7 @@ import traceback
 import tensorflow as tf
 
 from augself_tf.augment import AugmentConfig
-from augself_tf.runtime.strategy import make_strategy
+from augself_tf.runtime.strategy import make_strategy, preferred_mixed_precision
 from bench import common
 from bench.device_stage_harness import (
     MODES,
@@ -30,10 +30,9 @@ from bench.device_stage_harness import (
 def part_gpu(source, args) -> dict:
     strategy = make_strategy("one_device")
     device = strategy.extended.worker_devices[0]
-    has_gpu = bool(tf.config.list_physical_devices("GPU"))
     mp = args.gpu_mixed_precision
     if mp == "auto":
-        mp = "float16" if has_gpu else "bfloat16"
+        mp = preferred_mixed_precision()
     print(f"# GPU suite on {device}; mixed precision = {mp}", flush=True)
     out = {}
     for item in args.gpu_configs.split(","):

@@ -1,13 +1,19 @@
-"""Choosing the tf.distribute strategy: one device, mirrored (GPUs or split CPU), or multi-worker."""
+"""Choosing the tf.distribute strategy: one device, mirrored (GPUs or split CPU), multi-worker, or TPU."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 
 import tensorflow as tf
 
-STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker")
+STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
+#: Where TPUClusterResolver itself looks for a TPU when given none (Cloud TPU nodes, GKE).
+TPU_ENVIRONMENT = ("TPU_NAME", "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS")
+#: Seconds a TPU name's lookup (Cloud TPU API / GCE metadata server, plain HTTP without a timeout of its own)
+#: may take before the run gives up: without a network it would otherwise wait on the socket indefinitely.
+TPU_LOOKUP_TIMEOUT = 60
 
 
 def split_cpu(replicas: int) -> None:
@@ -22,11 +28,18 @@ def split_cpu(replicas: int) -> None:
             raise RuntimeError(f"cannot split the CPU into {replicas} devices after TensorFlow started") from err
 
 
-def make_strategy(kind: str = "auto", cpu_replicas: int = 1) -> tf.distribute.Strategy:
+def make_strategy(kind: str = "auto", cpu_replicas: int = 1, tpu: str | None = None) -> tf.distribute.Strategy:
     """Builds the strategy. `auto`: multi-worker if TF_CONFIG names several workers, else mirrored over all
-    GPUs (or `cpu_replicas` logical CPUs) when there is more than one device, else one device."""
+    GPUs (or `cpu_replicas` logical CPUs) when there is more than one device, else one device. `tpu`: a
+    TPUStrategy on the TPU `tpu` names (:func:`tpu_strategy`); `auto` never picks it.
+
+    Raises:
+      ValueError: an unknown kind, or no TPU found for `tpu` (one line naming what was tried).
+    """
     if kind not in STRATEGIES:
         raise ValueError(f"unknown strategy '{kind}'; choose from {', '.join(STRATEGIES)}")
+    if kind == "tpu":
+        return tpu_strategy(tpu)
     if kind == "multi_worker" or (kind == "auto" and _tf_config_workers() > 1):
         if cpu_replicas > 1:
             split_cpu(cpu_replicas)
@@ -40,6 +53,52 @@ def make_strategy(kind: str = "auto", cpu_replicas: int = 1) -> tf.distribute.St
             return tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
         return tf.distribute.MirroredStrategy(devices)
     return tf.distribute.OneDeviceStrategy(devices[0])
+
+
+def tpu_strategy(tpu: str | None = None) -> tf.distribute.TPUStrategy:
+    """Connects to the TPU, initialises its system and returns a TPUStrategy over all its cores.
+
+    Args:
+      tpu: a Cloud TPU name, a ``grpc://host:8470`` address, or ``local`` (the chips of this TPU VM). Empty: the
+        environment's (``TPU_NAME``, ``KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS``), else ``local`` when this machine has
+        TPU devices. Never the resolver's own guess: with no name it asks the GCE metadata server, which on a
+        machine without one fails slowly or not at all.
+
+    Raises:
+      ValueError: no TPU was found; one line naming what was tried.
+    """
+    target = tpu or next((os.environ[k] for k in TPU_ENVIRONMENT if os.environ.get(k)), None)
+    if not target:
+        if not tf.config.list_physical_devices("TPU"):
+            raise ValueError("--strategy=tpu: no TPU found: --tpu is empty, " + " and ".join(TPU_ENVIRONMENT)
+                             + " are unset, and this machine has no TPU devices; pass --tpu=NAME, "
+                               "--tpu=grpc://HOST:8470 or, on a TPU VM, --tpu=local")
+        target = "local"
+    tried = f"--tpu={tpu}" if tpu else f"--tpu unset, so {target!r}"
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(TPU_LOOKUP_TIMEOUT)  # bounds the resolver's name lookup over HTTP
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=target)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except (ValueError, RuntimeError, OSError, tf.errors.OpError) as err:
+        reason = (getattr(err, "message", None) or str(err) or type(err).__name__).strip().splitlines()[0][:200]
+        raise ValueError(f"--strategy=tpu: no TPU found ({tried}): {reason}") from None
+    finally:
+        socket.setdefaulttimeout(previous)
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def preferred_mixed_precision() -> str:
+    """The mixed-precision dtype to use here: ``bfloat16`` on a TPU, on GPUs that all have it (compute capability
+    8.0 and later: A100, L4, H100, ...) and on CPU; ``float16`` on older GPUs (V100, T4), whose loss scaling
+    skips a step with an overflow on any replica (training/loss_scale.py). bfloat16 has float32's range: no
+    loss scaling, no skipped steps."""
+    gpus = tf.config.list_physical_devices("GPU")
+    capabilities = [tf.config.experimental.get_device_details(g).get("compute_capability") for g in gpus]
+    if gpus and any(c is None or c < (8, 0) for c in capabilities):
+        return "float16"
+    return "bfloat16"
 
 
 def _tf_config_workers() -> int:

@@ -204,7 +204,10 @@ def _train(cfg: TrainConfig, stop: StopSignals) -> TrainResult:
     run_start = time.perf_counter()
     if cfg.deterministic:
         make_deterministic()
-    strategy = make_strategy(cfg.strategy, cfg.cpu_replicas)
+    if cfg.mixed_precision == "float16" and cfg.strategy == "tpu":
+        raise ValueError("--mixed_precision=float16 is not for TPUs (their matrix units compute in bfloat16); use "
+                         "--mixed_precision=bfloat16")
+    strategy = make_strategy(cfg.strategy, cfg.cpu_replicas, cfg.tpu)
     cfg = dataclasses.replace(cfg, photometric=resolve_photometric(cfg.photometric),
                               model_dir=cfg.resolved_model_dir())
     replicas = strategy.num_replicas_in_sync

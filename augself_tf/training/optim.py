@@ -16,6 +16,8 @@ from collections.abc import Iterable
 import keras
 import tensorflow as tf
 
+from augself_tf.training.loss_scale import CrossReplicaLossScaleOptimizer
+
 
 def scaled_learning_rate(base_lr: float, global_batch_size: int) -> float:
     """The linear scaling rule lr = base_lr · batch / 256 used by SimSiam, MoCo and the paper."""
@@ -56,6 +58,14 @@ class TorchSGD(keras.optimizers.Optimizer):
         self.constant_lr = constant_lr
         self._constant_ids = {id(v) for v in constant}
         self._is_constant: list[bool] = []
+        self._keep: tf.Variable | None = None
+
+    def gate_updates(self, keep: tf.Variable) -> None:
+        """Makes every later step conditional on `keep`, a boolean scalar variable: while it holds False, a step
+        leaves the weights and momentum buffers exactly as they are (it still counts in `iterations`). A select,
+        not a branch: the loss-scaling wrapper (training/loss_scale.py) skips a step with it on every replica
+        without a `tf.cond` around the collectives."""
+        self._keep = keep
 
     def build(self, variables: list) -> None:
         """Creates one momentum buffer per variable (zeros: the first step's buffer is g, as PyTorch's)."""
@@ -75,11 +85,23 @@ class TorchSGD(keras.optimizers.Optimizer):
         g = tf.cast(gradient, variable.dtype)
         if self.l2:
             g = g + tf.cast(self.l2, variable.dtype) * variable
+        if self._keep is not None:
+            self._gated_update(g, variable, lr, i)
+            return
         if self.momentum:
             buffer = self.momentums[i]
             self.assign(buffer, tf.cast(self.momentum, variable.dtype) * buffer + g)
             g = buffer
         self.assign_sub(variable, lr * g)
+
+    def _gated_update(self, g: tf.Tensor, variable, lr: tf.Tensor, i: int) -> None:
+        keep = tf.convert_to_tensor(self._keep)  # this replica's copy of the verdict (all copies agree)
+        if self.momentum:
+            buffer = self.momentums[i]
+            new_buffer = tf.cast(self.momentum, variable.dtype) * buffer + g
+            self.assign(buffer, tf.where(keep, new_buffer, buffer))
+            g = new_buffer
+        self.assign(variable, tf.where(keep, variable - lr * g, variable))
 
     def get_config(self) -> dict:
         return {**super().get_config(), "momentum": self.momentum, "l2": self.l2, "constant_lr": self.constant_lr}
@@ -95,11 +117,12 @@ def build_optimizer(
     constant_lr_variables: Iterable[tf.Variable] = (),
 ) -> keras.optimizers.Optimizer:
     """:class:`TorchSGD` with cosine decay over `total_steps` from the batch-scaled learning rate; the
-    `constant_lr_variables` stay at that scaled rate. float16 wraps it in dynamic loss scaling."""
+    `constant_lr_variables` stay at that scaled rate. float16 wraps it in dynamic loss scaling whose skip
+    decision covers every replica's gradients (:class:`CrossReplicaLossScaleOptimizer`)."""
     lr = scaled_learning_rate(base_lr, global_batch_size)
     schedule = keras.optimizers.schedules.CosineDecay(lr, decay_steps=max(1, total_steps))
     optimizer = TorchSGD(schedule, momentum=momentum, l2=weight_decay, constant_lr=lr,
                          constant_lr_variables=constant_lr_variables)
     if mixed_precision == "float16":
-        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        optimizer = CrossReplicaLossScaleOptimizer(optimizer)
     return optimizer

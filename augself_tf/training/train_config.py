@@ -61,6 +61,8 @@ class TrainConfig:
     seed: int = option(0, "Seed of initialisation, shuffling and every augmentation.")
     model_dir: str | None = option(None, "Output directory (default runs/<method>[_augself_<augs>]).")
     strategy: str = option("auto", "tf.distribute strategy.", choices=STRATEGIES)
+    tpu: str | None = option(None, "TPU of --strategy=tpu: a Cloud TPU name, grpc://HOST:8470, or 'local' on a TPU "
+                                    "VM (default: $TPU_NAME, else this machine's own TPU).")
     cpu_replicas: int = option(1, "Split the CPU into N logical devices (runs the mirrored path without GPUs).",
                                minimum=1)
     mixed_precision: str | None = option(None, "Mixed-precision compute dtype.", choices=("float16", "bfloat16"))
