@@ -24,7 +24,8 @@ from augself_tf.training.train_config import config_from_flags, define_train_fla
 
 FLAGS = flags.FLAGS
 #: Exit codes (README): 0 finished, EXIT_FAILED a run that could not go on (a checkpoint that cannot be written,
-#: no intact checkpoint, out of memory), EXIT_BAD_INPUT a bad flag, dataset or settings, or a diverged run;
+#: no intact checkpoint, out of memory, its run lock taken over), EXIT_BAD_INPUT a bad flag, dataset or settings,
+#: a --model_dir another live run holds (the same command fails again while that run lives), or a diverged run;
 #: 128 + N stopped by signal N after saving (130 Ctrl-C, 143 SIGTERM).
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -47,6 +48,7 @@ def main(argv: list[str]) -> int:
     import tensorflow as tf
 
     from augself_tf.runtime.preemption import Preempted
+    from augself_tf.runtime.run_lock import RunLockLostError
     from augself_tf.training.checkpoint_files import CheckpointFileError
     from augself_tf.training.loop import NonFiniteLossError, train
     if FLAGS.deterministic:
@@ -65,7 +67,7 @@ def main(argv: list[str]) -> int:
             raise
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except (CheckpointFileError, tf.errors.ResourceExhaustedError) as err:
+    except (CheckpointFileError, RunLockLostError, tf.errors.ResourceExhaustedError) as err:
         if os.environ.get("AUGSELF_DEBUG"):
             raise
         if isinstance(err, tf.errors.ResourceExhaustedError):

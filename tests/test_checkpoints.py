@@ -167,3 +167,21 @@ def test_keys_do_not_depend_on_creation_order():
     a = model_variables_by_key(make_model("byol", augself=("crop", "color"), seed=1))
     b = model_variables_by_key(make_model("byol", augself=("crop", "color"), seed=2))
     assert list(a) == list(b)
+
+
+def test_a_resume_with_the_batch_doubled_reuses_the_queue_size_the_run_derived(tmp_path):
+    """MoCo derives its queue from the batch (2992 keys at batch 16 on shapes' 5000 images, 2976 at 32): the
+    resume reuses the recorded size; setting --queue_size to another value is refused naming the flag."""
+    options = {"projector_hidden": 32, "projector_dim": 16}  # --queue_size unset: derived
+    cfg = tiny_run(str(tmp_path), method_options=options, max_steps=2, checkpoint_every=2, export=False)
+    train(cfg)
+    with open(tmp_path / "run.json") as f:
+        recorded = json.load(f)
+    assert recorded["derived"] == {"queue_size": 2992} and "queue_size" not in recorded["model"]["method_options"]
+    resumed = train(replace_config(cfg, batch_size=32, max_steps=4))
+    assert resumed.steps == 4 and resumed.model.queue.shape == (2992, 16)
+    with pytest.raises(CheckpointMismatchError, match=r"--queue_size=2992 there \(derived from its batch and "
+                                                      r"data\), 64 now") as err:
+        train(replace_config(cfg, method_options={**options, "queue_size": 64}, max_steps=6))
+    assert "\n" not in str(err.value)
+    train(replace_config(cfg, method_options={**options, "queue_size": 2992}, max_steps=5))  # the same value: fine

@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any
 
 from augself_tf.flag_fields import define_flag, flag_fields, flag_kind, help_text
-from augself_tf.methods.augself_model import AugSelfModel
+from augself_tf.methods.augself_model import AugSelfModel, PretrainData
 from augself_tf.methods.byol import BYOL
 from augself_tf.methods.looc import LooC
 from augself_tf.methods.moco import MoCo
@@ -103,3 +103,14 @@ def build_method(name: str, backbone, *, options: dict | None = None, **common) 
     fields = {f.name for f in dataclasses.fields(cls.Options)}
     kwargs = {k: v for k, v in (options or {}).items() if v is not None and k in fields}
     return cls(backbone, options=cls.Options(**kwargs), **common)
+
+
+def derived_options(method: str, options: dict[str, Any], data: PretrainData) -> dict[str, Any]:
+    """The option flags of ``method`` that ``options`` leaves unset and the method derives from ``data`` (MoCo's
+    and LooC's ``queue_size`` from the dataset and the global batch): what run.json records so that a resume
+    with another batch rebuilds the same variables. Values the loop passes that are not flags (``total_steps``,
+    ``steps_per_epoch``, ``num_classes``) follow the run's length and data, as the learning-rate schedule does."""
+    cls = METHODS.get(method, AugSelfModel)
+    completed = cls.complete_options(options, data)
+    flags = {f.name for f in flag_fields(cls.Options)}
+    return {k: v for k, v in completed.items() if k in flags and options.get(k) is None and v is not None}

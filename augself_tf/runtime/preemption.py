@@ -21,6 +21,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -44,6 +45,8 @@ class StopSignals:
     def __init__(self) -> None:
         self.signum: int | None = None
         self._previous: dict[int, object] = {}
+        #: Called before a second signal's immediate exit, which skips every ``finally`` (the run lock's release).
+        self.before_exit_now: list[Callable[[], None]] = []
 
     def _record(self, signum: int, _frame: FrameType | None) -> None:
         if self.signum is None:
@@ -54,6 +57,11 @@ class StopSignals:
         sys.stderr.write(f"\nstopped at once by a second {signal.Signals(signum).name}; the same command resumes "
                          "from the last saved checkpoint\n")
         sys.stderr.flush()
+        for release in self.before_exit_now:
+            try:
+                release()
+            except Exception:  # noqa: BLE001 (exiting anyway: a stale lock is taken over by the next run)
+                pass
         os._exit(128 + signum)
 
     @property

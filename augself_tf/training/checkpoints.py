@@ -142,8 +142,9 @@ def restore(checkpoint: tf.train.Checkpoint, path: str, state: Mapping[str, tf.V
     checkpoint.restore(path).assert_existing_objects_matched()
 
 
-def _recorded_settings(path: str) -> dict:
-    """The ``model`` settings recorded in run.json at ``path``; a file that is not that is one line naming it."""
+def _recorded(path: str) -> tuple[dict, dict]:
+    """The ``model`` settings and the ``derived`` method options recorded in run.json at ``path``; a file that
+    is not that is one line naming it."""
     try:
         with open(path) as f:
             recorded = json.load(f)
@@ -151,15 +152,30 @@ def _recorded_settings(path: str) -> dict:
         raise CheckpointMismatchError(f"{path} cannot be read as run settings ({err}); restore it from a copy, or "
                                       "use a new --model_dir") from None
     model = recorded.get("model") if isinstance(recorded, dict) else None
-    if not isinstance(model, dict):
+    derived = recorded.get("derived", {}) if isinstance(recorded, dict) else None
+    if not isinstance(model, dict) or not isinstance(derived, dict):
         raise CheckpointMismatchError(f"{path} is not a run settings file (expected {{\"model\": {{...}}}}, got "
                                       f"{json.dumps(recorded)[:60]}); restore it from a copy, or use a new --model_dir")
-    return model
+    return model, derived
 
 
-def check_run_settings(model_dir: str, settings: Mapping, *, write: bool) -> None:
+def recorded_derived(model_dir: str, method_options: Mapping) -> dict:
+    """The method options the run in ``model_dir`` derived when it started (``run.json``'s ``derived``: MoCo's
+    queue size from its batch and data, ...) that ``method_options`` (this run's flags) leaves unset: a resume
+    reuses them, whatever its batch, so its variables keep their shapes. {} for a new run."""
+    path = os.path.join(model_dir, RUN_FILE)
+    if not os.path.exists(path):
+        return {}
+    return {k: v for k, v in _recorded(path)[1].items() if method_options.get(k) is None}
+
+
+def check_run_settings(model_dir: str, settings: Mapping, *, write: bool, derived: Mapping | None = None) -> None:
     """Compares `settings` (`ModelConfig.checked_settings`, JSON values) with ``model_dir/run.json``; writes the
     file (atomically) when it is absent, or adds the settings an older version did not record.
+
+    ``derived`` are the method options the run derived from its data and batch rather than took from a flag
+    (`augself_tf.methods.derived_options`); they are recorded apart (``derived``), and a resume that sets
+    such a flag to another value is refused naming it.
 
     Raises:
       CheckpointMismatchError: a model-defining setting differs from the one the run was started with; the
@@ -167,21 +183,25 @@ def check_run_settings(model_dir: str, settings: Mapping, *, write: bool) -> Non
         is missing beside checkpoints.
     """
     path = os.path.join(model_dir, RUN_FILE)
-    current = dict(settings)
+    current, derived_now = dict(settings), dict(derived or {})
     if os.path.exists(path):
-        recorded = _recorded_settings(path)
+        recorded, derived_then = _recorded(path)
         # A setting an older run.json does not hold was not checked then: it is recorded from now on. Unset
-        # method options are not recorded, so every option either side holds is compared.
+        # method options are not recorded, so every option either side holds is compared; a derived one only
+        # when this run sets its flag (unset, the recorded value is reused: `recorded_derived`).
         opts_now, opts_then = current.get("method_options", {}), recorded.get("method_options", {})
-        differ = [(k, recorded[k], current.get(k)) for k in sorted(recorded) if k != "method_options"
+        differ = [(k, recorded[k], current.get(k), "") for k in sorted(recorded) if k != "method_options"
                   and current.get(k) != recorded[k]]
-        differ += [(k, opts_then.get(k), opts_now.get(k)) for k in sorted(set(opts_now) | set(opts_then))
-                   if opts_now.get(k) != opts_then.get(k)]
+        for k in sorted(set(opts_now) | set(opts_then) | set(derived_then)):
+            then, now = opts_then.get(k, derived_then.get(k)), opts_now.get(k)
+            if now != then and (k in opts_then or now is not None):
+                differ.append((k, then, now, "" if k in opts_then else " (derived from its batch and data)"))
         if differ:
-            what = ", ".join(f"--{k}={then!r} there, {now!r} now" for k, then, now in differ)
+            what = ", ".join(f"--{k}={then!r} there{how}, {now!r} now" for k, then, now, how in differ)
             raise CheckpointMismatchError(f"{model_dir} holds a run with other model settings ({what}); resume with "
                                           "its settings or use a new --model_dir")
-        if set(current) <= set(recorded) or not write:
+        derived_now = {**derived_now, **derived_then}
+        if (set(current) <= set(recorded) and set(derived_now) <= set(derived_then)) or not write:
             return
         current = {**current, **recorded}
     else:
@@ -196,5 +216,6 @@ def check_run_settings(model_dir: str, settings: Mapping, *, write: bool) -> Non
         os.makedirs(model_dir, exist_ok=True)
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
-            json.dump({"model": current}, f, indent=1, sort_keys=True)
+            json.dump({"model": current, **({"derived": derived_now} if derived_now else {})}, f, indent=1,
+                      sort_keys=True)
         os.replace(tmp, path)

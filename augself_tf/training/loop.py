@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -19,17 +20,19 @@ from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source, source_info
 from augself_tf.export.saved_model import export_backbone
 from augself_tf.image_statistics import IMAGENET_MEAN, IMAGENET_STD
-from augself_tf.methods import METHODS
+from augself_tf.methods import METHODS, derived_options
 from augself_tf.methods.augself_model import AugSelfModel, PretrainData
 from augself_tf.progress import Progress
 from augself_tf.runtime.determinism import make_deterministic
 from augself_tf.runtime.preemption import Preempted, StopSignals
+from augself_tf.runtime.run_lock import RunLock
 from augself_tf.runtime.strategy import is_chief, make_strategy
 from augself_tf.training import summaries
 from augself_tf.training.checkpoint_files import LIMIT, clean_temp, intact_checkpoint, save_verified
 from augself_tf.training.checkpoints import (
     check_run_settings,
     make_checkpoint,
+    recorded_derived,
     restore,
     training_state,
 )
@@ -195,12 +198,14 @@ def train(cfg: TrainConfig) -> TrainResult:
       Preempted: SIGTERM or SIGINT arrived; the step it interrupted was finished and saved.
       NonFiniteLossError: the loss or the state diverged; nothing after the last good checkpoint was saved.
       CheckpointFileError: a checkpoint could not be written, or files are there but none is intact.
+      RunDirBusyError: another live run holds ``model_dir`` (augself_tf/runtime/run_lock.py).
+      RunLockLostError: another run took this run's lock over; nothing was saved after that.
     """
-    with StopSignals() as stop:
-        return _train(cfg, stop)
+    with StopSignals() as stop, contextlib.ExitStack() as held:  # held: the run lock, released on every exit
+        return _train(cfg, stop, held)
 
 
-def _train(cfg: TrainConfig, stop: StopSignals) -> TrainResult:
+def _train(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> TrainResult:
     run_start = time.perf_counter()
     if cfg.deterministic:
         make_deterministic()
@@ -234,8 +239,12 @@ def _train(cfg: TrainConfig, stop: StopSignals) -> TrainResult:
 
     input_mean, input_std = cfg.model.input_statistics(info.mean, info.std)
     model_dir = os.path.abspath(cfg.model_dir)
-    if chief:
+    lock = None
+    if chief:  # other workers write to scratch directories: the chief's lock covers the run
         check_model_dir(model_dir)
+        # Before anything reads or repairs the directory: a second run must not touch a live run's files.
+        lock = held.enter_context(RunLock(model_dir, log=lambda msg: _log(cfg, msg)))
+        stop.before_exit_now.append(lock.release)
     # Before anything is built: a resume with other model settings stops at once, naming the flags. The file
     # is written once the model is built, so that settings no model can be built from are never recorded.
     model_settings = cfg.model.checked_settings(input_mean, input_std)
@@ -247,8 +256,17 @@ def _train(cfg: TrainConfig, stop: StopSignals) -> TrainResult:
 
     data = PretrainData(cfg.dataset, info.num_examples, max(0, info.num_classes or 0), cfg.batch_size, total_steps,
                         steps_per_epoch)
+    # Options the method derived from the batch when the run started (MoCo's queue size) are reused: a resume
+    # with another global batch (8 GPUs, then 4) must rebuild the variables the checkpoint holds.
+    reused = recorded_derived(model_dir, cfg.model.method_options)
+    if reused:
+        _log(cfg, "Reusing what the run derived when it started (run.json): "
+                  f"{', '.join(f'--{k}={v}' for k, v in sorted(reused.items()))}")
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(
+            cfg.model, method_options={**cfg.model.method_options, **reused}))
+    derived = {**derived_options(cfg.model.method, cfg.model.method_options, data), **reused}
     model = build_model(cfg, strategy, data, input_mean, input_std, log=lambda msg: _log(cfg, msg))
-    check_run_settings(model_dir, model_settings, write=chief)
+    check_run_settings(model_dir, model_settings, write=chief, derived=derived)
     optimizer = model.optimizer
     with strategy.scope():
         state = training_state(model, optimizer)
@@ -288,6 +306,8 @@ def _train(cfg: TrainConfig, stop: StopSignals) -> TrainResult:
             )
 
     def save(step: int) -> str:
+        if lock is not None:
+            lock.check()
         check_finite(step)
         return save_verified(checkpoint, ckpt_dir, step, cfg.keep_checkpoints, chief=chief)
 
@@ -349,6 +369,8 @@ def _train(cfg: TrainConfig, stop: StopSignals) -> TrainResult:
         writer.flush()
 
     saved_model_dir = None
+    if lock is not None:
+        lock.check()
     if cfg.export and chief:
         saved_model_dir = export_backbone(model.backbone, os.path.join(model_dir, "saved_model"),
                                           model.exported_features())
