@@ -69,6 +69,14 @@ class StopSignals:
         """The recorded signal's name (SIGTERM, SIGINT)."""
         return signal.Signals(self.signum).name if self.signum is not None else ""
 
+    def reinstall(self) -> None:
+        """Installs the handlers again (when installed at all). Call it after building a multi-worker strategy:
+        TensorFlow's coordination service then takes SIGTERM over at the C level for its own pre-emption
+        notifier, which Python does not see (``signal.getsignal`` still names ours) and which never stops the
+        loop: measured, a SIGTERM to such a worker was swallowed and the run went on to its last step."""
+        for sig in self._previous:
+            signal.signal(sig, self._record)
+
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for sig in SIGNALS:

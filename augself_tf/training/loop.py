@@ -28,6 +28,7 @@ from augself_tf.runtime.preemption import Preempted, StopSignals
 from augself_tf.runtime.run_lock import RunLock
 from augself_tf.runtime.strategy import is_chief, make_strategy
 from augself_tf.training import summaries
+from augself_tf.training.agreement import STOP_KEY, StopAgreement, agree_on_resume, stop_output
 from augself_tf.training.checkpoint_files import LIMIT, clean_temp, intact_checkpoint, save_verified
 from augself_tf.training.checkpoints import (
     check_run_settings,
@@ -64,16 +65,22 @@ def make_distributed_step(
     model: keras.Model,
     jit_compile: bool = False,
     nonfinite_step: tf.Variable | None = None,
+    stop_request: tf.Variable | None = None,
 ):
     """A tf.function running `model.train_step` on every replica and averaging its logs across them.
 
     With `nonfinite_step` (int64, 0 = none yet) the step records, inside the graph, the first step whose
     loss is NaN/Inf, so the loop need not fetch the loss every step (a fetch stalls an accelerator's queue).
+    With `stop_request` (this worker's stop vote, :class:`~augself_tf.training.agreement.StopAgreement`) the
+    logs carry one more entry, ``STOP_KEY``, averaged with the others: above zero when any worker voted.
     """
+
+    def replica_step(batch):
+        return {**model.train_step(batch), STOP_KEY: stop_output(stop_request)}
 
     @tf.function(jit_compile=jit_compile or None)
     def step_fn(batch):
-        per_replica = strategy.run(model.train_step, args=(batch,))
+        per_replica = strategy.run(model.train_step if stop_request is None else replica_step, args=(batch,))
         logs = {k: strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None) for k, v in per_replica.items()}
         if nonfinite_step is not None:
             first = (nonfinite_step == 0) & ~tf.math.is_finite(logs["loss/total"])
@@ -213,6 +220,7 @@ def _train(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> T
         raise ValueError("--mixed_precision=float16 is not for TPUs (their matrix units compute in bfloat16); use "
                          "--mixed_precision=bfloat16")
     strategy = make_strategy(cfg.strategy, cfg.cpu_replicas, cfg.tpu)
+    stop.reinstall()  # a multi-worker strategy's runtime takes SIGTERM over below Python: take it back
     cfg = dataclasses.replace(cfg, photometric=resolve_photometric(cfg.photometric),
                               model_dir=cfg.resolved_model_dir())
     replicas = strategy.num_replicas_in_sync
@@ -278,6 +286,7 @@ def _train(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> T
     if chief:
         clean_temp(chief_ckpt_dir, log)
     latest = intact_checkpoint(chief_ckpt_dir, log if chief else lambda _m: None, repair=chief)
+    agree_on_resume(strategy, latest, chief_ckpt_dir)  # several workers: all at one step, or one line and exit
     last_saved = latest
     if latest:
         restore(checkpoint, latest, state)
@@ -287,7 +296,8 @@ def _train(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> T
         _log(cfg, f"Already trained {step}/{total_steps} steps in {model_dir}")
 
     nonfinite_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_step")
-    step_fn = make_distributed_step(strategy, model, cfg.jit_compile, nonfinite_step)
+    stops = StopAgreement(strategy, stop)  # several workers stop at one agreed step
+    step_fn = make_distributed_step(strategy, model, cfg.jit_compile, nonfinite_step, stops.request)
     bad_variable = make_state_check(state)
     what_to_do = advice(cfg.lr, cfg.batch_size, cfg.model.augself_weight,
                         {t.name: t.weight for t in cfg.model.augself})
@@ -335,7 +345,9 @@ def _train(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> T
         if step == 0 and chief:
             first = strategy.experimental_local_results(batch)[0]
             summaries.write_views(writer, finish_views(first, cfg.augment), step)  # the views the model sees
+        stops.arm()
         logs = step_fn(batch)  # dispatched; nothing below waits for it except at log and save steps
+        signum = stops.stop_signal(logs)  # several workers: the previous step's agreed request
         step += 1
         pairs_since += cfg.batch_size
         if step % cfg.log_every == 0 or step == total_steps:
@@ -351,14 +363,17 @@ def _train(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> T
             progress.update(step)
         if step % every == 0 or step == total_steps:
             last_saved = save(step)
-        if stop.signum is not None and step < total_steps:
+        if signum is not None and step < total_steps:
             if last_saved is None or not last_saved.endswith(f"-{step}"):
-                last_saved = save(step)
+                last_saved = save(step)  # every worker saves (a collective); the chief's copy is the one kept
             progress.close()
             if writer is not None:
                 writer.flush()
-            raise Preempted(f"stopped by {stop.name} after step {step}/{total_steps}; saved {last_saved}; the same "
-                            f"command resumes from there", stop.signum)
+            if not chief:
+                shutil.rmtree(write_dir, ignore_errors=True)
+            saved = last_saved if chief else os.path.join(chief_ckpt_dir, f"ckpt-{step}")
+            raise Preempted(f"stopped by {stops.reason(signum)} after step {step}/{total_steps}; saved {saved}; the "
+                            "same command resumes from there", signum)
         if monitors is not None and (step % monitor_every == 0 or step == total_steps):
             progress.close()  # ends a terminal bar's line; the bar resumes below the monitor line
             t0 += monitors.run(step, step / steps_per_epoch)["seconds"]  # not counted in pairs/s
