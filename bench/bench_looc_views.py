@@ -28,7 +28,8 @@ from augself_tf.augment import AugmentConfig, registry
 from augself_tf.methods import METHODS
 from augself_tf.methods.augself_model import PretrainData
 from augself_tf.methods.model_config import ModelConfig
-from augself_tf.training.loop import build_model, make_distributed_step
+from augself_tf.training.distributed_step import make_distributed_step
+from augself_tf.training.loop import build_model
 from augself_tf.training.train_config import TrainConfig
 
 #: label -> (method, --looc_augmentations or None): N = 2, 3, 4.

@@ -180,7 +180,8 @@ class TrainStep:
 
     def __init__(self, spec: StepSpec, strategy: tf.distribute.Strategy | None = None) -> None:
         from augself_tf.methods.augself_model import PretrainData
-        from augself_tf.training.loop import build_model, make_distributed_step
+        from augself_tf.training.distributed_step import make_distributed_step
+        from augself_tf.training.loop import build_model
 
         self.spec = spec
         if strategy is None:

@@ -18,7 +18,7 @@ from augself_tf.augment import AugmentConfig, finish_views, ops, registry
 from augself_tf.augment.photometric import decode_color_omega
 from augself_tf.augment.steps import DEVICE
 from augself_tf.runtime.tensorboard import last_per_step, read_scalars
-from augself_tf.training.loop import make_distributed_step
+from augself_tf.training.distributed_step import make_distributed_step
 from bench import common
 from bench.device_stage_harness import MODES, finish_views_fn, one_batch, paired, raw, timed, with_select_jitter
 

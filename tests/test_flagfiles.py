@@ -185,6 +185,7 @@ def eager():
         tf.config.run_functions_eagerly(False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(GROUPS))
 def test_flagfiles_train_a_step_at_toy_size(name, tmp_path, eager):
     cfg = parse(name, *TOY, f"--model_dir={tmp_path}")

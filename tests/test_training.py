@@ -48,6 +48,7 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
             np.testing.assert_allclose(a[key], b[key], rtol=1e-6, atol=1e-6, err_msg=key)
 
 
+@pytest.mark.slow
 def test_two_replicas_train_finite_and_export_loads_without_the_project(tmp_path):
     # The device stage (uint8 views, photometric ops batched per replica) is the path 8-GPU runs take.
     result = train(tiny_run(str(tmp_path / "run"), method="simsiam", cpu_replicas=2, max_steps=3, photometric="device",
@@ -222,6 +223,7 @@ def test_methods_complete_their_options_from_the_data():
         METHODS["supervised"].complete_options({}, unlabelled)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("photometric", ["host", "device"])
 def test_mixed_precision_and_xla_step_on_one_device(tmp_path, photometric):
     import keras

@@ -46,7 +46,7 @@ class StopAgreement:
 
     With one worker, :meth:`stop_signal` returns the handler's own signal (the loop behaves as it always
     did) and :attr:`request` is None. With several, :attr:`request` is the variable the distributed step reads
-    (:func:`augself_tf.training.loop.make_distributed_step`), :meth:`arm` sets it before each step and
+    (:func:`augself_tf.training.distributed_step.make_distributed_step`), :meth:`arm` sets it before each step and
     :meth:`stop_signal` decodes the agreed request from the step outputs.
     """
 

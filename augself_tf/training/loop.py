@@ -28,7 +28,7 @@ from augself_tf.runtime.preemption import Preempted, StopSignals
 from augself_tf.runtime.run_lock import RunLock
 from augself_tf.runtime.strategy import is_chief, make_strategy
 from augself_tf.training import summaries
-from augself_tf.training.agreement import STOP_KEY, StopAgreement, agree_on_resume, stop_output
+from augself_tf.training.agreement import StopAgreement, agree_on_resume
 from augself_tf.training.checkpoint_files import LIMIT, clean_temp, intact_checkpoint, save_verified
 from augself_tf.training.checkpoints import (
     check_run_settings,
@@ -37,6 +37,7 @@ from augself_tf.training.checkpoints import (
     restore,
     training_state,
 )
+from augself_tf.training.distributed_step import make_distributed_step
 from augself_tf.training.health import NonFiniteLossError, advice, make_state_check
 from augself_tf.training.hparams import write_run_hparams
 from augself_tf.training.monitors import build_monitors, plan_monitors
@@ -58,36 +59,6 @@ class TrainResult:
     last_logs: dict
     model: keras.Model | None = None
     monitors: dict = dataclasses.field(default_factory=dict)  # last monitor values, seconds, seconds_total
-
-
-def make_distributed_step(
-    strategy: tf.distribute.Strategy,
-    model: keras.Model,
-    jit_compile: bool = False,
-    nonfinite_step: tf.Variable | None = None,
-    stop_request: tf.Variable | None = None,
-):
-    """A tf.function running `model.train_step` on every replica and averaging its logs across them.
-
-    With `nonfinite_step` (int64, 0 = none yet) the step records, inside the graph, the first step whose
-    loss is NaN/Inf, so the loop need not fetch the loss every step (a fetch stalls an accelerator's queue).
-    With `stop_request` (this worker's stop vote, :class:`~augself_tf.training.agreement.StopAgreement`) the
-    logs carry one more entry, ``STOP_KEY``, averaged with the others: above zero when any worker voted.
-    """
-
-    def replica_step(batch):
-        return {**model.train_step(batch), STOP_KEY: stop_output(stop_request)}
-
-    @tf.function(jit_compile=jit_compile or None)
-    def step_fn(batch):
-        per_replica = strategy.run(model.train_step if stop_request is None else replica_step, args=(batch,))
-        logs = {k: strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None) for k, v in per_replica.items()}
-        if nonfinite_step is not None:
-            first = (nonfinite_step == 0) & ~tf.math.is_finite(logs["loss/total"])
-            nonfinite_step.assign(tf.where(first, tf.cast(model.optimizer.iterations, tf.int64), nonfinite_step))
-        return logs
-
-    return step_fn
 
 
 def distributed_pairs(
