@@ -20,7 +20,8 @@ Four measurements, each reported as ratios within one run (docs/benchmarks.md §
 4. ``--gpu``: for ResNet-18 at 96 px and ResNet-50 at 224 px, fp32 and mixed precision, XLA off and on:
    training-step pairs/s on one real batch held on the device (device mode: uint8 views + draws, finish_views
    in the step; host mode: float views), finish_views alone, the host pipeline's pairs/s in both modes, and
-   the input-bound fraction max(0, 1 - pipeline pairs/s / step pairs/s). Runs on CPU too (``--quick``).
+   the input-bound fraction max(0, 1 - pipeline pairs/s / step pairs/s); the device-mode step and finish_views
+   again with each colour-jitter form of ``--gpu_jitter`` forced. Runs on CPU too (``--quick``).
    Its pipeline figures use ``--source`` (decoded into memory first); on the GPU machine pass the real data,
    e.g. ``--source=stl10@train+unlabelled``.
 
@@ -87,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--share_warmup", type=int, default=1)
     p.add_argument("--share_repeats", type=int, default=3)
     p.add_argument("--share_select", action=argparse.BooleanOptionalAction, default=True,
-                   help="also time finish_views and the device-batch step with the select jitter (the former default)")
+                   help="also time finish_views and the device-batch step with the select jitter (the accelerators' "
+                        "form; CPU's before the partition)")
     p.add_argument("--train_steps", type=int, default=40, help="train_main --max_steps")
     p.add_argument("--train_log_every", type=int, default=10, help="train_main --log_every (one pairs/s window)")
     p.add_argument("--train_main_runs", type=int, default=1, help="runs per mode (alternating host/device)")
@@ -97,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpu_width", type=float, default=1.0)
     p.add_argument("--gpu_mixed_precision", default="auto", choices=["auto", "float16", "bfloat16"],
                    help="auto: bfloat16, float16 on GPUs without it (preferred_mixed_precision)")
+    p.add_argument("--gpu_jitter", default="partition,select",
+                   help="colour-jitter forms (ops.JITTER_METHODS) whose device-mode step and finish_views the GPU "
+                        "suite also times, besides what auto builds (select on a GPU, partition on CPU)")
     p.add_argument("--gpu_warmup", type=int, default=3)
     p.add_argument("--gpu_repeats", type=int, default=10)
     p.add_argument("--json", default=None, help="also write the results here")

@@ -1,9 +1,10 @@
 """bench_device_stage.py's GPU suite (``--gpu``, part 4): training-step pairs/s on one batch held on the device
-in both photometric modes, fp32 and mixed precision, XLA off and on; finish_views alone; the input-bound
-fraction against the host pipeline's rate."""
+in both photometric modes, fp32 and mixed precision, XLA off and on; the device-mode step and finish_views alone
+with each colour-jitter form (``--gpu_jitter``); the input-bound fraction against the host pipeline's rate."""
 
 from __future__ import annotations
 
+import copy
 import gc
 import os
 import time
@@ -11,8 +12,9 @@ import traceback
 
 import tensorflow as tf
 
-from augself_tf.augment import AugmentConfig
+from augself_tf.augment import AugmentConfig, ops
 from augself_tf.runtime.strategy import make_strategy, preferred_mixed_precision
+from augself_tf.training.distributed_step import make_distributed_step
 from bench import common
 from bench.device_stage_harness import (
     MODES,
@@ -27,13 +29,25 @@ from bench.device_stage_harness import (
 # ----------------------------------------------------------------------------------------------- 4. GPU suite
 
 
+def with_jitter(form: str, fn):
+    """fn, called (and so traced, the first time) with the colour jitter's ``form`` forced (``ops.jitter_method``)."""
+
+    def run():
+        with ops.jitter_method(form):
+            return fn()
+
+    return run
+
+
 def part_gpu(source, args) -> dict:
     strategy = make_strategy("one_device")
     device = strategy.extended.worker_devices[0]
     mp = args.gpu_mixed_precision
     if mp == "auto":
         mp = preferred_mixed_precision()
-    print(f"# GPU suite on {device}; mixed precision = {mp}", flush=True)
+    jitter_forms = [f for f in args.gpu_jitter.split(",") if f and f != "auto"]
+    print(f"# GPU suite on {device}; mixed precision = {mp}; the colour jitter builds "
+          f"{ops.resolve_jitter_method()!r} here, also timed: {', '.join(jitter_forms) or 'nothing else'}", flush=True)
     out = {}
     for item in args.gpu_configs.split(","):
         backbone, _, rest = item.partition("@")
@@ -57,6 +71,13 @@ def part_gpu(source, args) -> dict:
                         for _ in range(args.gpu_warmup):
                             step.run(batches[mode])
                         fns[f"{key} step {mode}"] = (lambda step=step, b=batches[mode]: step.run(b))
+                    for form in jitter_forms:  # the same model, one more traced step per form, device mode
+                        other = copy.copy(step)  # shallow: shares the model, the optimizer and the strategy
+                        other._step = make_distributed_step(strategy, step.model, xla)
+                        run = with_jitter(form, lambda s=other, b=batches["device"]: s.run(b))
+                        for _ in range(args.gpu_warmup):
+                            run()
+                        fns[f"{key} step device jitter={form}"] = run
                     print(f"# built + warm-up {spec.label}: {time.perf_counter() - t0:.1f}s", flush=True)
                 except Exception as err:  # report it and go on (e.g. XLA unsupported somewhere)
                     failed[key] = f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
@@ -64,14 +85,16 @@ def part_gpu(source, args) -> dict:
                     if os.environ.get("BENCH_TRACEBACK"):
                         traceback.print_exc()
         for xla in (False, True):
-            try:
-                with tf.device(device):
-                    fv = finish_views_fn(batches["device"], cfg, jit_compile=xla)
-                    for _ in range(args.gpu_warmup):
-                        fv()
-                fns[f"finish_views{' xla' if xla else ''}"] = timed(fv, batch)
-            except Exception as err:
-                failed[f"finish_views xla={xla}"] = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
+            for form in ("auto", *jitter_forms):
+                name = f"finish_views{' xla' if xla else ''}{'' if form == 'auto' else f' jitter={form}'}"
+                try:
+                    with tf.device(device):
+                        fv = with_jitter(form, finish_views_fn(batches["device"], cfg, jit_compile=xla))
+                        for _ in range(args.gpu_warmup):
+                            fv()
+                    fns[name] = timed(fv, batch)
+                except Exception as err:
+                    failed[name] = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
         times = common.interleaved_steps(fns, warmup=0, repeats=args.gpu_repeats, log=False)
         steps = {k: common.summarize(v) for k, v in times.items()}
         pipes = interleaved_pipelines(
@@ -94,14 +117,25 @@ def part_gpu(source, args) -> dict:
             rows[key] = {"label": labels[key], "step_pairs_per_sec": rate, "input_bound_fraction": bound}
             print(f"{key:<16} {rate['device']:16.1f} {rate['host']:10.1f} {bound['device']:12.2f} "
                   f"{bound['host']:11.2f}")
+        if jitter_forms:
+            print(f"device-mode step pairs/s by colour-jitter form (auto = {ops.resolve_jitter_method()!r} here)")
+            print(f"{'precision':<16} " + " ".join(f"{f:>12}" for f in ("auto", *jitter_forms)))
+            for key in rows:
+                rates = [rows[key]["step_pairs_per_sec"]["device"]] + [
+                    steps[k]["pairs_per_sec"] if (k := f"{key} step device jitter={f}") in steps else float("nan")
+                    for f in jitter_forms]
+                rows[key]["device_step_pairs_per_sec_by_jitter"] = dict(zip(("auto", *jitter_forms), rates,
+                                                                            strict=True))
+                print(f"{key:<16} " + " ".join(f"{r:12.1f}" for r in rates))
         for xla in ("", " xla"):
-            name = f"finish_views{xla}"
-            if name in steps:
-                ms = 1e3 * steps[name]["step_seconds"]
-                ref = steps.get(f"float32{xla} step host")
-                share = f", {100 * steps[name]['step_seconds'] / ref['step_seconds']:.1f}% of the float32{xla} step" \
-                    if ref else ""
-                print(f"{name:<16} {ms:.2f} ms per batch of {batch}{share}")
+            for form in ("", *(f" jitter={f}" for f in jitter_forms)):
+                name = f"finish_views{xla}{form}"
+                if name in steps:
+                    ms = 1e3 * steps[name]["step_seconds"]
+                    ref = steps.get(f"float32{xla} step host")
+                    share = (f", {100 * steps[name]['step_seconds'] / ref['step_seconds']:.1f}% of the float32{xla} "
+                             "step") if ref else ""
+                    print(f"{name:<32} {ms:.2f} ms per batch of {batch}{share}")
         out[f"{backbone}@{size}:{batch}"] = {"steps": steps, "pipelines": pipes, "rows": rows, "failed": failed}
         del fns, batches
         gc.collect()

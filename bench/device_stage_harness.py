@@ -3,9 +3,7 @@ it measures, and the ratios and rows it reports them with (timing as in bench/co
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import functools
 import time
 
 import numpy as np
@@ -105,16 +103,10 @@ def finish_views_fn(batch: dict, config: AugmentConfig, jit_compile: bool = Fals
     return run
 
 
-@contextlib.contextmanager
 def select_jitter():
     """Within: ``ops.color_jitter_batch`` runs its ``"select"`` form (all 4 adjustments at each of the 4 steps,
-    the former default, before the partitioned form) wherever it is traced, e.g. inside ``finish_views``."""
-    original = ops.color_jitter_batch
-    ops.color_jitter_batch = functools.partial(original, method="select")
-    try:
-        yield
-    finally:
-        ops.color_jitter_batch = original
+    what a GPU/TPU replica and XLA build) wherever it is traced, e.g. inside ``finish_views`` on CPU."""
+    return ops.jitter_method("select")
 
 
 def with_select_jitter(fn):

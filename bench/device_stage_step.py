@@ -120,7 +120,7 @@ def part_finish_breakdown(source, args) -> dict:
     fns.update({
         "  color: partition (each adjustment where needed; the default)": (
             lambda: ops.color_jitter_batch(*jitter_args, method="partition"), xf),
-        "  color: select (all 4 at each step; the former default, and under XLA)": (
+        "  color: select (all 4 at each step; on GPU/TPU and under XLA)": (
             lambda: ops.color_jitter_batch(*jitter_args, method="select"), xf),
         "  color: one brightness pass": (lambda: ops.adjust_brightness(xf, per[0]), xf),
         "  color: one contrast pass": (lambda: ops.adjust_contrast(xf, per[1]), xf),

@@ -7,6 +7,9 @@ graph-safe (usable inside ``tf.data.Dataset.map``) and work with dynamic H and W
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import tensorflow as tf
 
 # ITU-R 601-2 luma, as PIL's convert("L") (what the reference code's PIL-based transforms use).
@@ -142,6 +145,27 @@ def adjust_hue_batch(x: tf.Tensor, delta: tf.Tensor) -> tf.Tensor:
 
 
 JITTER_METHODS = ("auto", "partition", "select")
+#: device types whose replicas take the select jitter: the partition's sizes and indices pass through host memory
+#: there (a GPU's dynamic_partition copies its part sizes to the host, dynamic_stitch reads its indices there).
+ACCELERATOR_DEVICE_TYPES = ("GPU", "TPU")
+
+# The method "auto" builds within ``jitter_method`` (None: chosen by XLA and the device). A plain global, not a
+# thread-local: MirroredStrategy traces each replica's step in a thread of its own.
+_forced_method: str | None = None
+
+
+@contextlib.contextmanager
+def jitter_method(method: str) -> Iterator[None]:
+    """Within: ``color_jitter_batch(..., method="auto")`` builds ``method`` wherever it is traced (e.g. inside
+    ``finish_views`` in the training step), so a benchmark can time each form on the same device."""
+    global _forced_method
+    if method not in JITTER_METHODS:
+        raise ValueError(f"method must be one of {', '.join(JITTER_METHODS)}, got {method!r}")
+    previous, _forced_method = _forced_method, None if method == "auto" else method
+    try:
+        yield
+    finally:
+        _forced_method = previous
 
 
 def _in_xla_context() -> bool:
@@ -153,6 +177,48 @@ def _in_xla_context() -> bool:
     except ImportError:  # pragma: no cover - a TensorFlow that moved it
         return False
     return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+
+
+def _scope_device() -> str:
+    """The device an op built here is pinned to: the graph's device scope (a replica's device under
+    ``strategy.run``), else the eager context's (a ``tf.function`` traced under ``tf.device``); "" if none."""
+    # No public API reads the device scope without adding an op; distribute's device_util does it this way.
+    try:
+        from tensorflow.python.distribute import device_util
+        from tensorflow.python.eager import context
+
+        graph = tf.compat.v1.get_default_graph()
+        if not tf.executing_eagerly():
+            probe = device_util._FakeOperation()
+            graph._apply_device_functions(probe)
+            if probe.device:
+                return probe.device
+        return context.context().device_name or ""
+    except (ImportError, AttributeError):  # pragma: no cover - a TensorFlow that moved them
+        return ""
+
+
+def replica_on_accelerator() -> bool:
+    """Whether ops built here run on a GPU or TPU: the device they are pinned to (a replica's device under a
+    strategy) or, when none is named, where TensorFlow's placer puts them (the first GPU or TPU if one is
+    visible)."""
+    device_type = tf.DeviceSpec.from_string(_scope_device()).device_type
+    if device_type:  # a scope that names only a job or task leaves the device type to the placer
+        return device_type.upper() in ACCELERATOR_DEVICE_TYPES
+    return any(tf.config.list_logical_devices(kind) for kind in ACCELERATOR_DEVICE_TYPES)
+
+
+def resolve_jitter_method(method: str = "auto") -> str:
+    """The form ``color_jitter_batch`` builds here for ``method``: "auto" is the form set by ``jitter_method``,
+    else "select" when XLA-compiled or on a GPU/TPU replica (static shapes, nothing through host memory),
+    else "partition" (on CPU, 5.7x less CPU than "select": docs/benchmarks.md §4.2)."""
+    if method not in JITTER_METHODS:
+        raise ValueError(f"method must be one of {', '.join(JITTER_METHODS)}, got {method!r}")
+    if method != "auto":
+        return method
+    if _forced_method is not None:
+        return _forced_method
+    return "select" if _in_xla_context() or replica_on_accelerator() else "partition"
 
 
 def _jitter_ops() -> list:
@@ -192,13 +258,13 @@ def color_jitter_batch(
         512 views at 96 px, 5.7x less CPU than ``"select"`` (docs/benchmarks.md §4.2).
         ``"select"``: at each step all 4 adjustments run on the whole batch and each example keeps the one
         its order names (16 adjustments per example). Static shapes only, which XLA needs: compiled, the
-        partition's dynamic shapes ran ~14x slower than this on CPU.
-        ``"auto"``: ``"select"`` when the op is being XLA-compiled, else ``"partition"``.
+        partition's dynamic shapes ran ~14x slower than this on CPU. Nothing passes through host memory: on a
+        GPU, ``tf.dynamic_partition`` copies its part sizes to the host and ``tf.dynamic_stitch`` reads its
+        indices there, 32 device-to-host trips per replica per step for two views (``runtime/host_ops.py``).
+        ``"auto"`` (``resolve_jitter_method``): ``"select"`` when XLA-compiled or built for a GPU/TPU replica,
+        else ``"partition"``; ``jitter_method`` overrides it.
     """
-    if method not in JITTER_METHODS:
-        raise ValueError(f"method must be one of {', '.join(JITTER_METHODS)}, got {method!r}")
-    if method == "auto":
-        method = "select" if _in_xla_context() else "partition"
+    method = resolve_jitter_method(method)
     factors = tf.cast(factors, tf.float32)
     order = tf.cast(order, tf.int32)
     adjust = _jitter_ops()
