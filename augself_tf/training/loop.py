@@ -24,7 +24,7 @@ from augself_tf.methods.augself_model import AugSelfModel, PretrainData
 from augself_tf.progress import Progress
 from augself_tf.runtime.determinism import make_deterministic
 from augself_tf.runtime.preemption import Preempted, StopSignals
-from augself_tf.runtime.strategy import is_chief, make_strategy
+from augself_tf.runtime.strategy import check_compiled_replicas, is_chief, make_strategy
 from augself_tf.training import summaries
 from augself_tf.training.checkpoint_files import LIMIT, clean_temp, intact_checkpoint, save_verified
 from augself_tf.training.checkpoints import (
@@ -64,13 +64,17 @@ def make_distributed_step(
 ):
     """A tf.function running `model.train_step` on every replica and averaging its logs across them.
 
+    With `jit_compile` the replica function is XLA-compiled, as Keras `fit` compiles it, and the function around
+    `strategy.run` is not: on GPUs MirroredStrategy then runs each replica's compiled step without merge_call,
+    reducing through collectives (docs/distributed.md, "The accelerator path").
     With `nonfinite_step` (int64, 0 = none yet) the step records, inside the graph, the first step whose
     loss is NaN/Inf, so the loop need not fetch the loss every step (a fetch stalls an accelerator's queue).
     """
+    replica_step = tf.function(model.train_step, jit_compile=True) if jit_compile else model.train_step
 
-    @tf.function(jit_compile=jit_compile or None)
+    @tf.function
     def step_fn(batch):
-        per_replica = strategy.run(model.train_step, args=(batch,))
+        per_replica = strategy.run(replica_step, args=(batch,))
         logs = {k: strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None) for k, v in per_replica.items()}
         if nonfinite_step is not None:
             first = (nonfinite_step == 0) & ~tf.math.is_finite(logs["loss/total"])
@@ -210,9 +214,8 @@ def _train(cfg: TrainConfig, stop: StopSignals) -> TrainResult:
     replicas = strategy.num_replicas_in_sync
     if cfg.batch_size % replicas:
         raise ValueError(f"global batch size {cfg.batch_size} is not divisible by the {replicas} replicas")
-    if cfg.jit_compile and replicas > 1:
-        # XLA cannot address variables mirrored on other devices from one cluster (measured: InvalidArgumentError).
-        raise ValueError(f"--jit_compile works on one device only; this run has {replicas} replicas")
+    if cfg.jit_compile:
+        check_compiled_replicas(strategy)
     if cfg.mixed_precision:
         keras.mixed_precision.set_global_policy(f"mixed_{cfg.mixed_precision}")
     chief = is_chief(strategy)

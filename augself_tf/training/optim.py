@@ -56,6 +56,21 @@ class TorchSGD(keras.optimizers.Optimizer):
         self.constant_lr = constant_lr
         self._constant_ids = {id(v) for v in constant}
         self._is_constant: list[bool] = []
+        self._count_steps_per_replica()
+
+    def _count_steps_per_replica(self) -> None:
+        """Replaces Keras' step counter (aggregation ONLY_FIRST_REPLICA) by one with aggregation NONE, same name.
+
+        `apply` adds 1 to the counter in replica context. ONLY_FIRST_REPLICA makes that write a `merge_call`, and a
+        replica function compiled with XLA on GPUs runs without merge_call: there it raises (``merge_call called
+        while defining a new graph``). Every replica adds the same 1 from the same value, so each replica's own
+        copy stays equal without any cross-replica step; the checkpoint key (its path) is unchanged.
+        """
+        old = self._iterations
+        with keras.name_scope(self.name, caller=self):
+            counter = keras.Variable(0, name=old.name, dtype=old.dtype, trainable=False, aggregation="none")
+        self._untrack_variable(old)
+        self._iterations = counter  # tracked on assignment, as Keras tracks the one it replaces
 
     def build(self, variables: list) -> None:
         """Creates one momentum buffer per variable (zeros: the first step's buffer is g, as PyTorch's)."""
