@@ -25,11 +25,28 @@ except RuntimeError:
     pass
 
 
-def mirrored_cpus() -> tf.distribute.MirroredStrategy:
-    """A MirroredStrategy over the two logical CPUs split above (the multi-replica path without GPUs)."""
+def mirrored_cpus(reduction: str = "one_device", merge_call: bool = True) -> tf.distribute.MirroredStrategy:
+    """A MirroredStrategy over the two logical CPUs split above (the multi-replica path without GPUs).
+
+    ``reduction``: ``"one_device"`` (ReductionToOneDevice, what ``--cpu_replicas`` runs) or ``"collective"``
+    (the strategy's default on logical CPUs: CollectiveAllReduce, ring all-reduces, the GPUs' kind of reduction).
+    ``merge_call=False``: the strategy runs replica functions without merge_call, as it does on GPUs for an
+    XLA-compiled replica function; replica-context reductions then go through its collectives.
+    """
     devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
     assert len(devices) == 2, "conftest could not split the CPU into 2 logical devices"
-    return tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+    assert reduction in ("one_device", "collective"), reduction
+    # Collective instance keys count from the strategy's key base, and the runtime keeps each key's first shape:
+    # a second strategy in this process starting from the same base fails with "Shape mismatch in the collective
+    # instance". TF's own tests move the base the same way (strategy_combinations.py).
+    tf.distribute.MirroredStrategy._collective_key_base += 100_000
+    ops = tf.distribute.ReductionToOneDevice() if reduction == "one_device" else None
+    strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=ops)
+    if not merge_call:
+        # Private API (TF 2.21 mirrored_strategy.py): fail loudly if it is renamed rather than test the wrong path.
+        assert callable(getattr(strategy.extended, "_use_merge_call", None)), "TF no longer has _use_merge_call"
+        strategy.extended._use_merge_call = lambda: False
+    return strategy
 
 
 # The files that take longest, heaviest first (measured with --durations=0 on the 2-core machine). pytest-xdist's

@@ -109,9 +109,19 @@ def run_steps(model: AugSelfModel, batches: list[dict], strategy: tf.distribute.
         step = tf.function(model.train_step)
         return [{k: float(v) for k, v in step(b).items()} for b in batches]
 
+    replica_step = model.train_step
+    if not strategy.extended._use_merge_call():
+        # As a GPU runs an XLA-compiled replica function: each replica calls its own traced function, so a
+        # merge_call anywhere in the step raises ("merge_call called while defining a new graph"). Called from
+        # a lambda: strategy.run given a tf.function on CPUs would trace all replicas into one function instead.
+        replica_function = tf.function(model.train_step)
+
+        def replica_step(values):
+            return replica_function(values)
+
     @tf.function
     def dist_step(values):
-        out = strategy.run(model.train_step, args=(values,))
+        out = strategy.run(replica_step, args=(values,))
         return {k: strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None) for k, v in out.items()}
 
     logs = []

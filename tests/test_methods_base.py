@@ -255,14 +255,15 @@ TWO_REPLICA_CASES = {
 }
 
 
+@pytest.mark.parametrize("reduction", ["one_device", "collective"])  # what --cpu_replicas runs; what GPUs run
 @pytest.mark.parametrize("method", list(TWO_REPLICA_CASES))
-def test_two_replicas_equal_one_device_on_the_same_global_batch(method):
+def test_two_replicas_equal_one_device_on_the_same_global_batch(method, reduction):
     size, seed, options = TWO_REPLICA_CASES[method]
     b = batch(seed, n=8, size=size)
     single = make_model(method, sync=True, image_size=size, **options)
     compile_model(single)
     one = run_steps(single, [b])[0]
-    strategy = mirrored_cpus()
+    strategy = mirrored_cpus(reduction)
     with strategy.scope():
         double = make_model(method, sync=True, image_size=size, **options)
     compile_model(double, strategy)

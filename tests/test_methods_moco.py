@@ -4,6 +4,7 @@ replicas in replica order."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from conftest import mirrored_cpus
 from helpers import batch, compile_model, make_model, replica_values, run_steps
@@ -24,8 +25,9 @@ def test_info_nce_matches_numpy():
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
-def test_moco_queue_holds_keys_of_both_replicas_in_order():
-    strategy = mirrored_cpus()
+@pytest.mark.parametrize(("reduction", "merge_call"), [("one_device", True), ("collective", False)])
+def test_moco_queue_holds_keys_of_both_replicas_in_order(reduction, merge_call):
+    strategy = mirrored_cpus(reduction, merge_call=merge_call)
     b = batch(5, n=8, size=16)
     with strategy.scope():
         model = make_model("moco", augself=(), sync=True, image_size=16, queue_size=32, key_momentum=1.0,

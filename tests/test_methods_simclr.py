@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from conftest import mirrored_cpus
 from helpers import batch, make_model, np_log_softmax, unit
@@ -35,8 +36,10 @@ def test_simclr_method_loss_is_nt_xent_of_the_projections():
     np.testing.assert_allclose(float(loss), np_nt_xent(z1, z2, 0.2), rtol=1e-5)
 
 
-def test_cross_replica_nt_xent_equals_the_global_loss_and_gradient():
-    strategy = mirrored_cpus()
+@pytest.mark.parametrize(("reduction", "merge_call"),
+                         [("one_device", True), ("collective", True), ("collective", False)])
+def test_cross_replica_nt_xent_equals_the_global_loss_and_gradient(reduction, merge_call):
+    strategy = mirrored_cpus(reduction, merge_call=merge_call)
     rng = np.random.default_rng(1)
     z1, z2 = rng.normal(size=[8, 6]).astype("float32"), rng.normal(size=[8, 6]).astype("float32")
 

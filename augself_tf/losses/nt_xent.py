@@ -2,7 +2,8 @@
 
 Negatives come from every replica: each replica gathers the projections of all replicas (in replica order)
 as the columns of its similarity matrix and keeps its own 2b rows, so the mean of the per-replica losses is
-exactly the single-device loss on the global batch. `all_gather`'s gradient all-reduces the upstream
+exactly the single-device loss on the global batch. The gather (`augself_tf.runtime.collectives.all_gather`,
+no merge_call) has `all_gather`'s gradient: it all-reduces the upstream
 gradient and slices this replica's part, so the column path sends each replica the gradient that the
 other replicas' rows put on its projections. The 1/replicas scaling of the gradient is the train step's.
 """
@@ -10,6 +11,8 @@ other replicas' rows put on its projections. The 1/replicas scaling of the gradi
 from __future__ import annotations
 
 import tensorflow as tf
+
+from augself_tf.runtime.collectives import all_gather
 
 
 def nt_xent(z1: tf.Tensor, z2: tf.Tensor, temperature: float) -> tf.Tensor:
@@ -28,7 +31,7 @@ def nt_xent(z1: tf.Tensor, z2: tf.Tensor, temperature: float) -> tf.Tensor:
     b = tf.shape(z1)[0]
     ctx = tf.distribute.get_replica_context()
     if ctx is not None and ctx.num_replicas_in_sync > 1:
-        a1, a2 = ctx.all_gather(z1, axis=0), ctx.all_gather(z2, axis=0)
+        a1, a2 = all_gather(z1), all_gather(z2)
         offset = tf.cast(ctx.replica_id_in_sync_group, tf.int32) * b
     else:
         a1, a2, offset = z1, z2, tf.constant(0, tf.int32)

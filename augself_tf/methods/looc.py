@@ -30,6 +30,7 @@ from augself_tf.methods.augself_model import Forward, PretrainData
 from augself_tf.methods.moco import MoCo, default_queue_size
 from augself_tf.methods.momentum import MomentumMethod
 from augself_tf.models.resnet import mlp
+from augself_tf.runtime.collectives import all_gather
 
 DEFAULT_AUGMENTATIONS = "color,rotation"
 
@@ -137,11 +138,12 @@ class LooC(MomentumMethod):
         self.initialize_momentum_encoder(feature_dim)
         shape = [self.queue_size, len(self.spaces), self.projector_dim]
         init = tf.math.l2_normalize(tf.random.stateless_normal(shape, [7, 7]), -1)
-        # One queue per space, stored as [K, S, D] so that a step's keys are one scatter along K.
+        # One queue per space, stored as [K, S, D] so that a step's keys are one scatter along K. Aggregation NONE,
+        # each replica writing the same gathered keys into its own copy: as MoCo's queue (no merge_call).
         self.queue = self.add_weight(shape=init.shape, initializer=keras.initializers.Constant(init.numpy()),
-                                     trainable=False, name="queue", aggregation="only_first_replica", autocast=False)
+                                     trainable=False, name="queue", aggregation="none", autocast=False)
         self.queue_ptr = self.add_weight(shape=(), dtype="int32", initializer="zeros", trainable=False,
-                                         name="queue_ptr", aggregation="only_first_replica")
+                                         name="queue_ptr", aggregation="none")
 
     def momentum_at(self, step: tf.Tensor) -> float:
         del step
@@ -177,7 +179,7 @@ class LooC(MomentumMethod):
     def post_step(self, batch, forward):
         super().post_step(batch, forward)  # the key encoder's EMA, before the queue as MoCo
         # k0's embedding in every space, gathered in replica order, enters every space's queue.
-        keys = tf.distribute.get_replica_context().all_gather(forward.aux["keys"], axis=0)
+        keys = all_gather(forward.aux["keys"])
         n = tf.shape(keys)[0]
         idx = (tf.cast(self.queue_ptr, tf.int32) + tf.range(n)) % self.queue_size
         self.queue.value.scatter_update(tf.IndexedSlices(tf.cast(keys, self.queue.dtype), idx))

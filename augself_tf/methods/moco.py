@@ -18,6 +18,7 @@ from augself_tf.losses.info_nce import info_nce
 from augself_tf.methods.augself_model import Forward, PretrainData
 from augself_tf.methods.momentum import MomentumMethod
 from augself_tf.models.resnet import mlp
+from augself_tf.runtime.collectives import all_gather
 
 
 def default_queue_size(num_examples: int, global_batch: int, paper_size: int = 65536) -> int:
@@ -69,12 +70,14 @@ class MoCo(MomentumMethod):
         self.projector(tf.zeros([2, feature_dim]))
         self.initialize_momentum_encoder(feature_dim)
         init = tf.math.l2_normalize(tf.random.stateless_normal([self.queue_size, self.projector_dim], [7, 7]), -1)
-        # Identical on every replica: each replica writes the same gathered keys.
+        # Identical on every replica: each replica writes the same gathered keys into its own copy. Aggregation
+        # NONE: any other makes a replica-context write a merge_call, which the XLA-compiled replica function of
+        # GPUs cannot make, and TPU variables refuse scatter_update unless it is NONE.
         self.queue = self.add_weight(shape=init.shape, initializer=keras.initializers.Constant(init.numpy()),
-                                     trainable=False, name="queue", aggregation="only_first_replica",
+                                     trainable=False, name="queue", aggregation="none",
                                      autocast=False)  # .value is then the tf.Variable itself
         self.queue_ptr = self.add_weight(shape=(), dtype="int32", initializer="zeros", trainable=False,
-                                         name="queue_ptr", aggregation="only_first_replica")
+                                         name="queue_ptr", aggregation="none")
 
     def momentum_at(self, step: tf.Tensor) -> float:
         """The constant `key_momentum`, as a Python float (1 − m in double precision)."""
@@ -93,7 +96,7 @@ class MoCo(MomentumMethod):
 
     def post_step(self, batch, forward):
         super().post_step(batch, forward)  # the key encoder's EMA update, then the queue
-        keys = tf.distribute.get_replica_context().all_gather(forward.aux["keys"], axis=0)
+        keys = all_gather(forward.aux["keys"])
         n = tf.shape(keys)[0]
         idx = (tf.cast(self.queue_ptr, tf.int32) + tf.range(n)) % self.queue_size
         # In place: rewriting the whole 65536×128 queue every step costs more than the keys themselves.

@@ -101,6 +101,26 @@ def preferred_mixed_precision() -> str:
     return "bfloat16"
 
 
+def check_compiled_replicas(strategy: tf.distribute.Strategy) -> None:
+    """Refuses ``--jit_compile`` on several replicas that are not all GPUs or TPU cores.
+
+    The compiled replica function reduces across replicas inside XLA. On GPUs MirroredStrategy runs it without
+    merge_call and XLA compiles its all-reduces (NCCL). On several CPU devices TF 2.21 runs neither form
+    (measured): XLA compiles no collective for CPU devices ("Collectives are not yet implemented for CPU
+    devices when compiling with XLA"), and TF's fallback there, one XLA cluster over every replica, cannot read
+    the variables of the other devices.
+
+    Raises:
+      ValueError: one line saying what to do.
+    """
+    devices = strategy.extended.worker_devices
+    kinds = {tf.DeviceSpec.from_string(d).device_type for d in devices}
+    if strategy.num_replicas_in_sync > 1 and not kinds <= {"GPU", "TPU"}:
+        raise ValueError(f"--jit_compile with {strategy.num_replicas_in_sync} replicas needs GPU or TPU replicas: XLA "
+                         f"compiles no cross-replica all-reduce on {'/'.join(sorted(kinds))} devices in TensorFlow "
+                         f"{tf.__version__}; drop --jit_compile or use one device")
+
+
 def _tf_config_workers() -> int:
     try:
         cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})

@@ -26,7 +26,7 @@ from augself_tf.progress import Progress
 from augself_tf.runtime.determinism import make_deterministic
 from augself_tf.runtime.preemption import Preempted, StopSignals
 from augself_tf.runtime.run_lock import RunLock
-from augself_tf.runtime.strategy import is_chief, make_strategy
+from augself_tf.runtime.strategy import check_compiled_replicas, is_chief, make_strategy
 from augself_tf.training import summaries
 from augself_tf.training.agreement import StopAgreement, agree_on_resume
 from augself_tf.training.checkpoint_files import LIMIT, clean_temp, intact_checkpoint, save_verified
@@ -197,9 +197,8 @@ def _train(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> T
     replicas = strategy.num_replicas_in_sync
     if cfg.batch_size % replicas:
         raise ValueError(f"global batch size {cfg.batch_size} is not divisible by the {replicas} replicas")
-    if cfg.jit_compile and replicas > 1:
-        # XLA cannot address variables mirrored on other devices from one cluster (measured: InvalidArgumentError).
-        raise ValueError(f"--jit_compile works on one device only; this run has {replicas} replicas")
+    if cfg.jit_compile:
+        check_compiled_replicas(strategy)
     if cfg.mixed_precision:
         keras.mixed_precision.set_global_policy(f"mixed_{cfg.mixed_precision}")
     chief = is_chief(strategy)

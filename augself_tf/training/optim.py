@@ -59,6 +59,7 @@ class TorchSGD(keras.optimizers.Optimizer):
         self._constant_ids = {id(v) for v in constant}
         self._is_constant: list[bool] = []
         self._keep: tf.Variable | None = None
+        self._count_steps_per_replica()
 
     def gate_updates(self, keep: tf.Variable) -> None:
         """Makes every later step conditional on `keep`, a boolean scalar variable: while it holds False, a step
@@ -66,6 +67,20 @@ class TorchSGD(keras.optimizers.Optimizer):
         not a branch: the loss-scaling wrapper (training/loss_scale.py) skips a step with it on every replica
         without a `tf.cond` around the collectives."""
         self._keep = keep
+
+    def _count_steps_per_replica(self) -> None:
+        """Replaces Keras' step counter (aggregation ONLY_FIRST_REPLICA) by one with aggregation NONE, same name.
+
+        `apply` adds 1 to the counter in replica context. ONLY_FIRST_REPLICA makes that write a `merge_call`, and a
+        replica function compiled with XLA on GPUs runs without merge_call: there it raises (``merge_call called
+        while defining a new graph``). Every replica adds the same 1 from the same value, so each replica's own
+        copy stays equal without any cross-replica step; the checkpoint key (its path) is unchanged.
+        """
+        old = self._iterations
+        with keras.name_scope(self.name, caller=self):
+            counter = keras.Variable(0, name=old.name, dtype=old.dtype, trainable=False, aggregation="none")
+        self._untrack_variable(old)
+        self._iterations = counter  # tracked on assignment, as Keras tracks the one it replaces
 
     def build(self, variables: list) -> None:
         """Creates one momentum buffer per variable (zeros: the first step's buffer is g, as PyTorch's)."""

@@ -1,0 +1,122 @@
+"""The step GPUs and TPUs run, reached on logical CPUs: every method without merge_call (as MirroredStrategy runs an
+XLA-compiled replica function on GPUs) equals the merge-call step, the collective all-reduce is what the strategy
+picks by default, every method's replica step compiles to HLO of static shapes, and ``--jit_compile`` on CPU
+replicas is one clear error (XLA has no CPU collectives). docs/distributed.md, "The accelerator path"."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import mirrored_cpus
+from helpers import batch, compile_model, make_model, replica_values, run_steps, tiny_run
+
+from augself_tf.augment import AugmentConfig, ops
+from augself_tf.data.pretrain import make_pair_dataset
+from augself_tf.data.sources import source_info
+from augself_tf.methods import METHODS
+from augself_tf.runtime.strategy import check_compiled_replicas
+from augself_tf.training.loop import pair_source, train
+
+#: Per method: options beyond helpers.SMALL (a queue of a few batches; SwAV's prototypes trained from step 1).
+OPTIONS = {"moco": {"queue_size": 16}, "looc": {"queue_size": 16}, "swav": {"freeze_prototypes_steps": 0}}
+
+
+def _views(method: str) -> int:
+    return METHODS[method].view_plan({}).num_views
+
+
+def _two_replica_run(method: str, strategy: tf.distribute.Strategy, batches: list[dict]):
+    with strategy.scope():
+        model = make_model(method, sync=True, total_steps=4, steps_per_epoch=2, **OPTIONS.get(method, {}))
+    compile_model(model, strategy, total_steps=4)
+    return model, run_steps(model, batches, strategy)
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_method_without_merge_call_equals_the_merge_call_step(method):
+    """Two steps on 2 replicas: merge_call + ReductionToOneDevice (what --cpu_replicas runs) against no merge_call
+    + collective all-reduces, each replica calling its own traced step (what a GPU runs, minus XLA), where any
+    merge_call left in the step would raise. Same initial weights, same batches: the same losses and weights."""
+    batches = [batch(seed, views=_views(method)) for seed in (3, 4)]
+    reference, want = _two_replica_run(method, mirrored_cpus(), batches)
+    model, got = _two_replica_run(method, mirrored_cpus("collective", merge_call=False), batches)
+    for step_want, step_got in zip(want, got, strict=True):
+        assert step_got.keys() == step_want.keys()
+        for key, value in step_want.items():
+            np.testing.assert_allclose(step_got[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
+    for a, b in zip(reference.weights + reference.optimizer.variables, model.weights + model.optimizer.variables,
+                    strict=True):
+        assert a.path == b.path
+        for value in replica_values(b):
+            np.testing.assert_allclose(value, replica_values(a)[0], rtol=1e-4, atol=1e-5, err_msg=b.path)
+
+
+def test_the_default_reduction_on_logical_cpus_is_the_collective_all_reduce():
+    from tensorflow.python.distribute import cross_device_ops  # private: the class is not exported
+
+    ops = mirrored_cpus("collective").extended._cross_device_ops
+    assert isinstance(ops, cross_device_ops.CollectiveAllReduce), type(ops)
+    assert isinstance(mirrored_cpus().extended._cross_device_ops, tf.distribute.ReductionToOneDevice)
+
+
+def _device_stage_batch(method: str) -> dict:
+    """A batch of 4 from the real input pipeline, photometric steps left to the step (uint8 views): the colour
+    jitter's per-example order is then applied inside the compiled function."""
+    cfg = tiny_run("unused", method=method, batch_size=4, augment=AugmentConfig(image_size=16))
+    data = make_pair_dataset(pair_source(cfg, True), cfg.augment, seed=1, batch_size=4, batches_per_epoch=1,
+                             shuffle_buffer=16, cache=True, photometric="device", views=METHODS[method].view_plan({}))
+    return next(iter(data))
+
+
+#: What XLA does not know statically: a bounded (f32[<=8,3]) or unbounded (f32[?,3]) dimension, or an op that sets
+#: a dimension's size at run time (how the "hlo" stage shows tf.dynamic_partition's parts).
+DYNAMIC = re.compile(r"\[[^\]]*(?:<=|\?)[^\]]*\]|set-dimension-size|get-dimension-size")
+
+
+def _dynamic(hlo: str) -> list[str]:
+    return DYNAMIC.findall(hlo)
+
+
+def test_the_static_shape_check_sees_the_jitters_partition_form():
+    """Not vacuous: the colour jitter's ``partition`` form (tf.dynamic_partition) compiled is caught."""
+    x, factors = tf.random.uniform([4, 8, 8, 3]), tf.random.uniform([4, 4])
+    order = tf.constant([[0, 1, 2, 3], [3, 2, 1, 0]] * 2)
+
+    def hlo(method: str) -> str:
+        fn = tf.function(lambda *a: ops.color_jitter_batch(*a, method=method), jit_compile=True)
+        return fn.experimental_get_compiler_ir(x, factors, order)(stage="hlo")
+
+    assert _dynamic(hlo("partition"))
+    assert not _dynamic(hlo("select"))
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_methods_replica_step_compiles_to_hlo_of_static_shapes(method):
+    """The function each replica runs under --jit_compile, on one device (XLA compiles no collective on CPU):
+    its HLO has no dynamic dimension (the colour jitter's dynamic_partition would give some), and XLA compiles
+    and runs it."""
+    b = _device_stage_batch(method)
+    assert b["view1"].dtype == tf.uint8 and "device1" in b
+    classes = source_info("shapes", "train").num_classes  # the supervised head must cover the batch's labels
+    model = make_model(method, image_size=16, total_steps=4, steps_per_epoch=2, num_classes=classes,
+                       **OPTIONS.get(method, {}))
+    compile_model(model, total_steps=4)
+    step = tf.function(model.train_step, jit_compile=True)
+    hlo = step.experimental_get_compiler_ir(b)(stage="hlo")
+    assert "ENTRY" in hlo
+    dynamic = _dynamic(hlo)
+    assert not dynamic, f"{len(dynamic)} dynamic shapes, e.g. {dynamic[0]}"
+    logs = step(b)
+    assert np.isfinite(float(logs["loss/total"]))
+    assert int(model.optimizer.iterations.numpy()) == 1
+
+
+def test_jit_compile_on_cpu_replicas_is_one_clear_error(tmp_path):
+    check_compiled_replicas(tf.distribute.OneDeviceStrategy("/cpu:0"))  # one device: compiled, as before
+    with pytest.raises(ValueError, match=r"^--jit_compile with 2 replicas needs GPU or TPU replicas: XLA compiles no "
+                                         r"cross-replica all-reduce on CPU devices in TensorFlow 2\.[\d.]+; drop "
+                                         r"--jit_compile or use one device$"):
+        train(tiny_run(str(tmp_path / "run"), cpu_replicas=2, jit_compile=True, export=False))
