@@ -107,8 +107,8 @@ class _Buffered:
         if shard is not None and shard[1] > 1:
             base = base.shard(shard[1], shard[0])
         self.base = base.cache() if cache else base
-        n = int(self.base.cardinality())
-        self.n = n if n >= 0 else None
+        n = tf.get_static_value(self.base.cardinality())  # None when built inside a graph
+        self.n = int(n) if n is not None and n >= 0 else None
 
     def size(self, shard: tuple[int, int] | None) -> int | None:
         return self.n
