@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
 from augself_tf.data.source_base import SourceInfo
 
 
-def filter_classes(ds: tf.data.Dataset, class_ids: Sequence[int]) -> tf.data.Dataset:
-    """Keep only examples whose ``label`` is in ``class_ids`` and relabel them to their position in it.
-
-    E.g. ImageNet-100: ``filter_classes(load_source("imagenet2012", "train"), ids)`` with the 100 ids
-    in the reference label order gives labels 0..99. Other keys pass through unchanged.
+def class_lookup(class_ids: Sequence[int]) -> Callable[[tf.Tensor], tf.Tensor]:
+    """The function mapping an original label to its position in ``class_ids`` (int64), or -1 for a label not there.
 
     Args:
-      ds: dataset of example dicts with an int ``label``.
       class_ids: distinct non-negative original labels, in the new label order.
     """
     ids = [int(c) for c in class_ids]
@@ -34,6 +30,21 @@ def filter_classes(ds: tf.data.Dataset, class_ids: Sequence[int]) -> tf.data.Dat
         label = tf.cast(label, tf.int64)
         ok = (label >= 0) & (label < size)
         return tf.where(ok, tf.gather(table, tf.clip_by_value(label, 0, size - 1)), tf.constant(-1, tf.int64))
+
+    return new_label
+
+
+def filter_classes(ds: tf.data.Dataset, class_ids: Sequence[int]) -> tf.data.Dataset:
+    """Keep only examples whose ``label`` is in ``class_ids`` and relabel them to their position in it.
+
+    E.g. ImageNet-100: ``filter_classes(load_source("imagenet2012", "train"), ids)`` with the 100 ids
+    in the reference label order gives labels 0..99. Other keys pass through unchanged.
+
+    Args:
+      ds: dataset of example dicts with an int ``label``.
+      class_ids: distinct non-negative original labels, in the new label order.
+    """
+    new_label = class_lookup(class_ids)
 
     def relabel(ex: dict) -> dict:
         return {**ex, "label": new_label(ex["label"])}

@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from importlib import resources
+from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from augself_tf.data import folder
@@ -40,11 +42,35 @@ class ImageNet100:
         self._resolve = resolve
 
     def load(self, arg: str, split: str, *, data_dir: str | None = None) -> tf.data.Dataset:
-        """The base split restricted to the 100 classes, labels 0..99 in :func:`wnids` order."""
-        base = arg or DEFAULT_BASE
-        ids = class_ids_from_names(self._base_info(base, split, data_dir), wnids())
-        _, source, base_arg = self._resolve(base)
+        """The base split restricted to the 100 classes, labels 0..99 in :func:`wnids` order (tfds: filtered on
+        the label before any image is decoded)."""
+        kind, source, base_arg, ids = self._base(arg, split, data_dir)
+        if kind == "tfds":  # the registry's tfds source: augself_tf.data.tfds_source
+            return source.load(base_arg, split, data_dir=data_dir, classes=ids)
         return filter_classes(source.load(base_arg, split, data_dir=data_dir), ids)
+
+    def records(self, arg: str, split: str, *, data_dir: str | None = None) -> Any:
+        """The 100 classes for the pair stream (see ``augself_tf.data.sources.pair_records``): of tfds, its
+        records filtered before decoding; of a folder, its file records; None for another base."""
+        kind, source, base_arg, ids = self._base(arg, split, data_dir)
+        if kind == "tfds":
+            return source.records(base_arg, split, data_dir=data_dir, classes=ids)
+        if kind != "folder":
+            return None
+        rows, decode = folder.records(base_arg, split, data_dir=data_dir)
+        new_label = {old: new for new, old in enumerate(ids)}
+        keep = np.array([int(label) in new_label for label in rows["label"]], bool)
+        rows = {k: v[keep] for k, v in rows.items()}
+        rows["label"] = np.array([new_label[int(label)] for label in rows["label"]], np.int64)
+        return rows, decode
+
+    def _base(self, arg: str, split: str, data_dir: str | None) -> tuple[str, Source, str, list[int]]:
+        """(kind, source, argument, class ids) of the base spec. The base's size is not needed to read it (nor
+        known under tfds.testing.mock_data)."""
+        base = arg or DEFAULT_BASE
+        ids = class_ids_from_names(self._base_info(base, split, data_dir, need_size=False), wnids())
+        kind, source, base_arg = self._resolve(base)
+        return kind, source, base_arg, ids
 
     def info(self, arg: str, split: str, *, data_dir: str | None = None) -> SourceInfo:
         """SourceInfo of the 100-class subset (tfds: the CMC split's known sizes; folder: counted)."""
@@ -60,7 +86,7 @@ class ImageNet100:
         return dataclasses.replace(info, name=f"imagenet100:{info.name}", num_examples=n, num_classes=len(names),
                                    class_names=names, notes=f"ImageNet100 (CMC split) of {info.notes or info.name}")
 
-    def _base_info(self, base: str, split: str, data_dir: str | None) -> SourceInfo:
+    def _base_info(self, base: str, split: str, data_dir: str | None, need_size: bool = True) -> SourceInfo:
         kind, source, base_arg = self._resolve(base)
         if kind == "imagenet100":
             raise ValueError(f"imagenet100:{base}: the base source cannot itself be imagenet100")
@@ -72,7 +98,7 @@ class ImageNet100:
             if kind != "tfds":
                 raise
             raise _not_prepared(base_arg, e.data_dir) from None
-        if kind == "tfds" and not info.num_examples:  # no split sizes: mock_data, never real ImageNet
+        if kind == "tfds" and need_size and not info.num_examples:  # no split sizes: mock_data, never real ImageNet
             raise _not_prepared(base_arg, data_dir or _TFDS_DEFAULT_DIR)
         return info
 

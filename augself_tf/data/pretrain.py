@@ -3,12 +3,13 @@
 Every random draw of an example's two views comes from a seed derived from (global seed, epoch, example
 index), and the per-epoch shuffle is seeded from (global seed, epoch). Epoch e therefore yields the same
 batches whenever it is produced, which is what makes a resumed run continue exactly: the loop rebuilds the
-stream at the resumed epoch and skips the batches already consumed.
+stream at the resumed epoch and skips the examples already consumed, before decoding or augmenting them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, Protocol
 
 import tensorflow as tf
 
@@ -44,16 +45,82 @@ def buffer_seed(seed: int, epoch: tf.Tensor) -> tf.Tensor:
     return tf.random.stateless_uniform([], _order_key(seed, epoch), minval=0, maxval=2**62, dtype=tf.int64)
 
 
-def _permuted(records: dict, decode, seed: int, epoch: tf.Tensor, shard: tuple[int, int] | None,
-              parallel: dict) -> tf.data.Dataset:
-    """(index, example) of every record in ``epoch_order``, this shard's every k-th of that order, decoded after
-    the permutation (records are file names or in-memory arrays, cheap to permute)."""
-    n = int(next(iter(records.values())).shape[0])
-    order = epoch_order(seed, epoch, n)
-    if shard is not None and shard[1] > 1:
-        order = order[shard[0]::shard[1]]
-    return tf.data.Dataset.from_tensor_slices(order).map(
-        lambda i: (i, decode({k: tf.gather(v, i) for k, v in records.items()})), **parallel)
+class EpochReader(Protocol):
+    """A source the pair stream reads one epoch at a time, as cheap records (file names, array rows, encoded
+    examples) that it decodes only after a resume's skip: what `make_pair_dataset` takes besides a dataset.
+
+    ``pads``: whether ``epoch`` repeats its examples up to ``take`` when it has fewer (a worker's share of
+    files may hold a few examples less than its share of the epoch's batches).
+    """
+
+    pads: bool
+
+    def size(self, shard: tuple[int, int] | None) -> int | None:
+        """Examples of one epoch of ``shard`` (None: not known without reading)."""
+        ...
+
+    def epoch(self, seed: int, epoch: tf.Tensor, shard: tuple[int, int] | None, skip: tf.Tensor,
+              take: tf.Tensor | None, shuffle_buffer: int) -> tf.data.Dataset:
+        """(index, record) of epoch ``epoch`` for ``shard`` in its order, a function of (seed, epoch), after its
+        first ``skip`` (int64) left out unread or at least undecoded; ``index`` is the example's identity, the
+        same whoever reads it and whenever."""
+        ...
+
+    def decode(self, record: Any) -> dict:
+        """The example ``{"image", "label"[, ...]}`` of a record."""
+        ...
+
+
+class _Records:
+    """Equal-length arrays (file names, in-memory images) and the function making one row an example: every
+    epoch a full permutation (`epoch_order`) of the rows, this shard's every k-th of it, sliced past a skip."""
+
+    pads = False
+
+    def __init__(self, records: dict, decode: Callable[[dict], dict]):
+        self.records = {k: tf.constant(v) for k, v in records.items()}
+        self.n = int(next(iter(self.records.values())).shape[0])
+        self.decode = decode
+
+    def size(self, shard: tuple[int, int] | None) -> int:
+        index, count = shard if shard is not None else (0, 1)
+        return len(range(index, self.n, count))
+
+    def epoch(self, seed: int, epoch: tf.Tensor, shard: tuple[int, int] | None, skip: tf.Tensor,
+              take: tf.Tensor | None, shuffle_buffer: int) -> tf.data.Dataset:
+        order = epoch_order(seed, epoch, self.n)
+        if shard is not None and shard[1] > 1:
+            order = order[shard[0]::shard[1]]
+        order = order[skip:]  # a resume's skipped rows are never read
+        return tf.data.Dataset.from_tensor_slices(order).map(
+            lambda i: (i, {k: tf.gather(v, i) for k, v in self.records.items()}))
+
+
+class _Buffered:
+    """A dataset of decoded examples, enumerated before sharding (an index is global, not per worker), shuffled
+    in a buffer seeded by (seed, epoch); a resume's skip comes after the shuffle, before any augmentation."""
+
+    pads = False
+
+    def __init__(self, source: tf.data.Dataset, shard: tuple[int, int] | None, cache: bool):
+        base = source.enumerate()
+        if shard is not None and shard[1] > 1:
+            base = base.shard(shard[1], shard[0])
+        self.base = base.cache() if cache else base
+        n = tf.get_static_value(self.base.cardinality())  # None when built inside a graph
+        self.n = int(n) if n is not None and n >= 0 else None
+
+    def size(self, shard: tuple[int, int] | None) -> int | None:
+        return self.n
+
+    def epoch(self, seed: int, epoch: tf.Tensor, shard: tuple[int, int] | None, skip: tf.Tensor,
+              take: tf.Tensor | None, shuffle_buffer: int) -> tf.data.Dataset:
+        ds = self.base.shuffle(shuffle_buffer, seed=buffer_seed(seed, epoch), reshuffle_each_iteration=False)
+        return ds.skip(skip)
+
+    @staticmethod
+    def decode(example: dict) -> dict:
+        return example
 
 
 def two_views(example: dict, seed: tf.Tensor, config: AugmentConfig, photometric: str = "host",
@@ -71,7 +138,7 @@ def two_views(example: dict, seed: tf.Tensor, config: AugmentConfig, photometric
 
 
 def make_pair_dataset(
-    source: tf.data.Dataset | tuple[dict, Callable[[dict], dict]],
+    source: tf.data.Dataset | tuple[dict, Callable[[dict], dict]] | EpochReader,
     config: AugmentConfig,
     *,
     seed: int,
@@ -89,19 +156,24 @@ def make_pair_dataset(
 ) -> tf.data.Dataset:
     """Batches of two (or ``views.num_views``) augmented views with their ω, epoch after epoch.
 
+    The stream's cardinality is known (infinite without ``num_epochs``) and its batch dimension static, so a
+    distributed iterator over it needs no end-of-data check per step (``get_next_as_optional``).
+
     Args:
       source: dataset of {"image": uint8 [H,W,3], "label": ...} (see `augself_tf.data.sources`), shuffled with
         a ``shuffle_buffer`` of examples; or (records, decode): equal-length arrays (file names, in-memory
-        images) and the function making one record an example, fully permuted every epoch (`epoch_order`).
+        images) and the function making one record an example, fully permuted every epoch (`epoch_order`); or
+        an `EpochReader` (tfds: files permuted per epoch, a buffer over their interleaved records).
       config: augmentation settings.
       seed: global seed; with the epoch and the example index it fixes every view.
       batch_size: examples per batch (the per-replica batch under `distribute_datasets_from_function`).
       start_epoch / num_epochs: epochs [start_epoch, num_epochs) (None = forever).
       batches_per_epoch: cut every epoch to this many batches (None: every full batch of the shard).
         Multi-replica training sets it so that an epoch is the loop's epoch whatever the shard's size.
-      skip_batches: batches of `start_epoch` already consumed (resume inside an epoch).
+      skip_batches: batches of `start_epoch` already consumed (resume inside an epoch). Their examples are
+        skipped before they are decoded or augmented; the examples after keep their index and so their views.
       shard: (index, count) of this input pipeline, for multi-worker input sharding.
-      cache: keep the decoded source in memory across epochs.
+      cache: keep the decoded source in memory across epochs (a dataset source only).
       deterministic: keep element order fixed under parallel map (needed for exact resume).
       photometric: "host" applies every augmentation here (float32 views); "device" leaves the photometric
         ones to ``augself_tf.augment.finish_views`` in the training step (uint8 views, same draws and ω).
@@ -114,16 +186,20 @@ def make_pair_dataset(
         raise ValueError(f"photometric must be one of {', '.join(PHOTOMETRIC_MODES)}, got {photometric!r}")
     if batches_per_epoch is not None and batches_per_epoch <= 0:
         raise ValueError(f"batches_per_epoch must be positive, got {batches_per_epoch}")
-    records, decode = (None, None) if isinstance(source, tf.data.Dataset) else source
-    if records is not None:
-        records = {k: tf.constant(v) for k, v in records.items()}
-        source = tf.data.Dataset.range(0)  # unused: the epochs read `records` in their own order
-    # Enumerate before sharding so an example's index (and so its views) is global, not per worker.
-    base = source.enumerate()
-    if shard is not None and shard[1] > 1:
-        base = base.shard(shard[1], shard[0])
-    if cache:
-        base = base.cache()
+    if isinstance(source, tf.data.Dataset):
+        reader: EpochReader = _Buffered(source, shard, cache)
+    elif isinstance(source, tuple):
+        reader = _Records(*source)
+    else:
+        reader = source
+    size = reader.size(shard)
+    per_epoch = None if size is None else size // batch_size
+    if batches_per_epoch is not None:
+        per_epoch = batches_per_epoch if reader.pads or per_epoch is None else min(per_epoch, batches_per_epoch)
+        if size is None and not reader.pads:
+            per_epoch = None  # an epoch may end before the cut
+    if per_epoch:  # a skip of whole epochs starts a later epoch
+        start_epoch, skip_batches = start_epoch + skip_batches // per_epoch, skip_batches % per_epoch
     options = tf.data.Options()
     options.deterministic = deterministic
 
@@ -131,21 +207,24 @@ def make_pair_dataset(
         # The order must depend on (seed, epoch) alone: ignore a global seed the caller may have set (with
         # global seed 0, tf.data's seed handling would even compare this tensor seed to 0 in Python).
         tf.compat.v1.get_default_graph().seed = None  # this epoch function's own graph only
-        if records is not None:
-            ds = _permuted(records, decode, seed, epoch, shard, {"num_parallel_calls": tf.data.AUTOTUNE,
-                                                                 "deterministic": deterministic})
-        else:
-            ds = base.shuffle(shuffle_buffer, seed=buffer_seed(seed, epoch), reshuffle_each_iteration=False)
+        skip = tf.where(tf.equal(epoch, start_epoch), tf.constant(skip_batches, tf.int64), tf.constant(0, tf.int64))
+        take = None if batches_per_epoch is None else (batches_per_epoch - skip) * batch_size
+        ds = reader.epoch(seed, epoch, shard, skip * batch_size, take, shuffle_buffer)
         ds = ds.map(
-            lambda i, ex: two_views(ex, example_seed(seed, epoch, i), config, photometric, views),
+            lambda i, record: two_views(reader.decode(record), example_seed(seed, epoch, i), config, photometric,
+                                        views),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=deterministic,
         )
         ds = ds.batch(batch_size, drop_remainder=True)
-        return ds if batches_per_epoch is None else ds.take(batches_per_epoch)
+        return ds if batches_per_epoch is None else ds.take(batches_per_epoch - skip)
 
     stop = num_epochs if num_epochs is not None else 2**62
     ds = tf.data.Dataset.range(start_epoch, stop).flat_map(epoch_stream)
-    if skip_batches:
-        ds = ds.skip(skip_batches)
+    # flat_map's cardinality is unknown; state it (an infinite stream, or every epoch's batches).
+    if num_epochs is None:
+        ds = ds.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
+    elif per_epoch is not None:
+        total = max(0, (num_epochs - start_epoch) * per_epoch - (skip_batches if num_epochs > start_epoch else 0))
+        ds = ds.apply(tf.data.experimental.assert_cardinality(total))
     return ds.prefetch(tf.data.AUTOTUNE).with_options(options)

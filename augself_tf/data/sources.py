@@ -29,6 +29,8 @@ one line in :data:`SOURCES` (docs/architecture.md, "Data sources").
 
 from __future__ import annotations
 
+from typing import Any
+
 import tensorflow as tf
 
 from augself_tf.data import fc100, folder, imagenet100, shapes, tfds_source
@@ -57,6 +59,7 @@ __all__ = [
     "filter_classes",
     "imagenet100_wnids",
     "load_source",
+    "pair_records",
     "resolve",
     "source_info",
     "split_parts",
@@ -147,3 +150,16 @@ def source_info(spec: str, split: str, *, data_dir: str | None = None) -> Source
     """
     _, source, arg = resolve(spec)
     return source.info(arg, split, data_dir=data_dir)
+
+
+def pair_records(spec: str, split: str, *, data_dir: str | None = None) -> Any:
+    """What the pair stream (``augself_tf.data.pretrain.make_pair_dataset``) reads of a split when the source
+    offers cheaper than its decoded examples, else None (read the dataset of :func:`load_source`).
+
+    A source offers it with a ``records(arg, split, *, data_dir)`` function: ``folder`` its file names and labels
+    (fully permuted every epoch, decoded after); ``tfds`` (and ``imagenet100`` of it) its encoded records, files
+    permuted per epoch and sharded by file across workers, class-filtered and skipped before decoding.
+    """
+    _, source, arg = resolve(spec)
+    records = getattr(source, "records", None)
+    return None if records is None else records(arg, split, data_dir=data_dir)

@@ -5,9 +5,8 @@ its image feature (the supervised input, else ``image``) becomes ``image`` uint8
 (grayscale replicated, alpha dropped), its label (the supervised target, else ``label``) becomes
 ``label`` int64 (STL10's ``unlabelled`` split keeps its -1; a dataset with no label gets -1), and a
 top-level ``bbox`` BBoxFeature (caltech_birds2011, cars196: ymin, xmin, ymax, xmax fractions) becomes
-``bbox`` float32 [4]. Other features are dropped (after decoding: skipping the decode of unused images
-such as segmentation masks with ``tfds.decode.SkipDecoding`` breaks ``tfds.testing.mock_data`` for
-bbox datasets, and costs little).
+``bbox`` float32 [4]. Other features are neither decoded nor kept (``tfds.decode.PartialDecoding``), and the
+image is decoded last, after a class filter (:func:`load`'s ``classes``) or a resume's skip (:func:`records`).
 
 Nothing is downloaded: the data must already be prepared under ``data_dir`` (tfds' default
 ``~/tensorflow_datasets`` or ``$TFDS_DATA_DIR`` when None); otherwise :func:`load` and :func:`info` raise a
@@ -23,11 +22,14 @@ import os
 import re
 import sys
 import textwrap
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import tensorflow as tf
 
 from augself_tf.data import catalog
+from augself_tf.data.classes import class_lookup
 from augself_tf.data.source_base import (
     STL10_MEAN,
     STL10_STD,
@@ -36,6 +38,7 @@ from augself_tf.data.source_base import (
     unknown_dataset_error,
     unknown_split_error,
 )
+from augself_tf.data.tfds_records import TfdsRecords
 
 # The input statistics the paper's code uses for a tfds dataset it pretrains on (others: ImageNet's).
 _STATISTICS = {"stl10": {"mean": STL10_MEAN, "std": STL10_STD}}
@@ -170,10 +173,10 @@ def not_prepared_error(name: str, builder: Any, data_dir: str | None) -> Dataset
     )
 
 
-def _as_dataset(builder: Any, name: str, split: str, data_dir: str | None) -> tf.data.Dataset:
+def _as_dataset(builder: Any, name: str, split: str, data_dir: str | None, decoders: Any = None) -> tf.data.Dataset:
     """``builder.as_dataset(split)``, or the not-prepared error when tfds finds no data."""
     try:
-        return builder.as_dataset(split=split)
+        return builder.as_dataset(split=split, decoders=decoders)
     except AssertionError as e:  # tfds' own "could not find data in DIR" is an assertion
         if "could not find data" not in str(e) and "download_and_prepare" not in str(e):
             raise
@@ -236,18 +239,72 @@ def _to_rgb_uint8(img: tf.Tensor) -> tf.Tensor:
     return img
 
 
-def load(name: str, split: str, *, data_dir: str | None = None) -> tf.data.Dataset:
-    """``tf.data.Dataset`` of ``{"image", "label"[, "bbox"]}`` for a prepared tfds dataset split."""
+def _reading(builder: Any, image_key: str, label_key: str | None, has_bbox: bool, prepared: bool
+             ) -> tuple[Any, Callable]:
+    """tfds decoders parsing only the features used, the image left encoded; and the image's decoder to RGB.
+
+    ``tfds.testing.mock_data`` cannot encode its random boxes (ymin > ymax fails), so a mocked bbox dataset is
+    decoded by tfds (decoders None; the image then only needs its channels fixed).
+    """
+    if has_bbox and not prepared:
+        return None, _to_rgb_uint8
+    tfds = _tfds()
+    keep = {image_key: True, **({label_key: True} if label_key else {}), **({"bbox": True} if has_bbox else {})}
+    decoders = tfds.decode.PartialDecoding(keep, decoders={image_key: tfds.decode.SkipDecoding()})
+    image = builder.info.features[image_key]
+    return decoders, lambda encoded: _to_rgb_uint8(image.decode_example(encoded))
+
+
+def load(name: str, split: str, *, data_dir: str | None = None, classes: Sequence[int] | None = None
+         ) -> tf.data.Dataset:
+    """``tf.data.Dataset`` of ``{"image", "label"[, "bbox"]}`` for a prepared tfds dataset split.
+
+    ``classes``: keep only these labels, relabelled to their position in it, filtered before any image is
+    decoded (ImageNet-100 of imagenet2012).
+    """
     builder = _builder(name, data_dir)
     image_key, label_key, has_bbox = _keys(builder)
-    _check_split(builder, split)
-    ds = _as_dataset(builder, name, split, data_dir)  # what tfds.load(..., download=False) does
+    prepared = _check_split(builder, split) is not None
+    decoders, decode_image = _reading(builder, image_key, label_key, has_bbox, prepared)
+    ds = _as_dataset(builder, name, split, data_dir, decoders)  # what tfds.load(..., download=False) does
+    relabel = class_lookup(classes) if classes is not None else None
+
+    def label_of(ex: dict[str, tf.Tensor]) -> tf.Tensor:
+        label = tf.cast(ex[label_key], tf.int64) if label_key else tf.constant(-1, tf.int64)
+        return label if relabel is None else relabel(label)
+
+    if relabel is not None:
+        ds = ds.filter(lambda ex: label_of(ex) >= 0)
 
     def normalise(ex: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        out = {"image": _to_rgb_uint8(ex[image_key])}
-        out["label"] = tf.cast(ex[label_key], tf.int64) if label_key else tf.constant(-1, tf.int64)
+        out = {"image": decode_image(ex[image_key]), "label": label_of(ex)}
         if has_bbox:
             out["bbox"] = tf.cast(ex["bbox"], tf.float32)
         return out
 
     return ds.map(normalise, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _file_format(builder: Any) -> str:
+    fmt = builder.info.file_format
+    return str(getattr(fmt, "value", fmt) or "tfrecord")  # tfds' default format when none is recorded
+
+
+def records(name: str, split: str, *, data_dir: str | None = None, classes: Sequence[int] | None = None
+            ) -> TfdsRecords:
+    """A tfds split for the pair stream (:class:`~augself_tf.data.tfds_records.TfdsRecords`): its files permuted
+    per epoch and sharded by file across input pipelines, images decoded after the class filter and a skip."""
+    builder = _builder(name, data_dir)
+    image_key, label_key, has_bbox = _keys(builder)
+    num_examples = _check_split(builder, split)
+    decoders, decode_image = _reading(builder, image_key, label_key, has_bbox, num_examples is not None)
+    files = stream = None
+    if decoders is not None and num_examples is not None and _file_format(builder) == "tfrecord":
+        files = [(str(f.filename), int(f.skip), int(f.take)) for f in builder.info.splits[split].file_instructions]
+        features = decoders.extract_features(builder.info.features)
+        parse = partial(features.deserialize_example, decoders=decoders.decoders)
+    else:  # no record files to read ourselves (tfds.testing.mock_data, another file format)
+        stream = _as_dataset(builder, name, split, data_dir, decoders)
+        parse = None
+    return TfdsRecords(files=files, stream=stream, parse=parse, image_key=image_key, label_key=label_key,
+                       decode_image=decode_image, classes=classes, extra=("bbox",) if has_bbox else ())

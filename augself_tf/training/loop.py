@@ -15,9 +15,8 @@ import keras
 import tensorflow as tf
 
 from augself_tf.augment import PHOTOMETRIC_MODES, finish_views
-from augself_tf.data import folder
 from augself_tf.data.pretrain import make_pair_dataset
-from augself_tf.data.sources import load_source, source_info
+from augself_tf.data.sources import load_source, pair_records, source_info
 from augself_tf.export.saved_model import export_backbone
 from augself_tf.image_statistics import IMAGENET_MEAN, IMAGENET_STD
 from augself_tf.methods import METHODS, derived_options
@@ -96,11 +95,12 @@ def distributed_pairs(
 
 
 def pair_source(cfg: TrainConfig, cache: bool):
-    """What `make_pair_dataset` reads: for ``folder:`` sources their file records (a full permutation of the
-    file names every epoch, decoded after), for a cached source of one image size its examples held in memory
-    (the same), else the tf.data source itself (tfds: read in order, shuffled in a ``--shuffle_buffer``)."""
-    if cfg.dataset.startswith("folder:") and not cache:
-        return folder.records(cfg.dataset.split(":", 1)[1], cfg.split, data_dir=cfg.data_dir)
+    """What `make_pair_dataset` reads: the source's own records where it has them (`pair_records`: folder file
+    names, tfds encoded records), for a cached source of one image size its examples held in memory (fully
+    permuted every epoch), else the tf.data source itself (shuffled in a ``--shuffle_buffer``)."""
+    records = None if cache else pair_records(cfg.dataset, cfg.split, data_dir=cfg.data_dir)
+    if records is not None:
+        return records
     source = load_source(cfg.dataset, cfg.split, data_dir=cfg.data_dir)
     if cache and all(spec.shape.is_fully_defined() for spec in tf.nest.flatten(source.element_spec)):
         rows = source.batch(1 << 30).get_single_element()
