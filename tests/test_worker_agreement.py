@@ -131,6 +131,7 @@ print("agreed")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("choices", [("ckpt-40", "ckpt-35"), ("ckpt-40", "")])
 def test_workers_that_chose_different_checkpoints_stop_with_one_line(tmp_path, choices):
     """Two workers, each with its own choice (as a worker reading a stale or a per-machine --model_dir makes):

@@ -267,6 +267,8 @@ def load(name: str, split: str, *, data_dir: str | None = None, classes: Sequenc
     prepared = _check_split(builder, split) is not None
     decoders, decode_image = _reading(builder, image_key, label_key, has_bbox, prepared)
     ds = _as_dataset(builder, name, split, data_dir, decoders)  # what tfds.load(..., download=False) does
+    if ds.element_spec[image_key].dtype != tf.string:  # an as_dataset that decoded anyway (a test's mock)
+        decode_image = _to_rgb_uint8
     relabel = class_lookup(classes) if classes is not None else None
 
     def label_of(ex: dict[str, tf.Tensor]) -> tf.Tensor:

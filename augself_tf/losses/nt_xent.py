@@ -2,7 +2,7 @@
 
 Negatives come from every replica: each replica gathers the projections of all replicas (in replica order)
 as the columns of its similarity matrix and keeps its own 2b rows, so the mean of the per-replica losses is
-exactly the single-device loss on the global batch. The gather (`augself_tf.runtime.collectives.all_gather`,
+exactly the single-device loss on the global batch. The gather (`augself_tf.losses.cross_replica.all_gather`,
 no merge_call) has `all_gather`'s gradient: it all-reduces the upstream
 gradient and slices this replica's part, so the column path sends each replica the gradient that the
 other replicas' rows put on its projections. The 1/replicas scaling of the gradient is the train step's.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from augself_tf.runtime.collectives import all_gather
+from augself_tf.losses.cross_replica import all_gather
 
 
 def nt_xent(z1: tf.Tensor, z2: tf.Tensor, temperature: float) -> tf.Tensor:

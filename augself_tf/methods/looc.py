@@ -25,12 +25,12 @@ import tensorflow as tf
 
 from augself_tf.augment.views import ViewPlan, check_copyable, leave_one_out, view_keys
 from augself_tf.flag_fields import option
+from augself_tf.losses.cross_replica import all_gather
 from augself_tf.losses.looc_nce import looc_nce
 from augself_tf.methods.augself_model import Forward, PretrainData
 from augself_tf.methods.moco import MoCo, default_queue_size
 from augself_tf.methods.momentum import MomentumMethod
 from augself_tf.models.resnet import mlp
-from augself_tf.runtime.collectives import all_gather
 
 DEFAULT_AUGMENTATIONS = "color,rotation"
 

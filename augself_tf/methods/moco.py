@@ -14,11 +14,11 @@ import keras
 import tensorflow as tf
 
 from augself_tf.flag_fields import option
+from augself_tf.losses.cross_replica import all_gather
 from augself_tf.losses.info_nce import info_nce
 from augself_tf.methods.augself_model import Forward, PretrainData
 from augself_tf.methods.momentum import MomentumMethod
 from augself_tf.models.resnet import mlp
-from augself_tf.runtime.collectives import all_gather
 
 
 def default_queue_size(num_examples: int, global_batch: int, paper_size: int = 65536) -> int:

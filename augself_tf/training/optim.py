@@ -75,12 +75,14 @@ class TorchSGD(keras.optimizers.Optimizer):
         replica function compiled with XLA on GPUs runs without merge_call: there it raises (``merge_call called
         while defining a new graph``). Every replica adds the same 1 from the same value, so each replica's own
         copy stays equal without any cross-replica step; the checkpoint key (its path) is unchanged.
+
+        The Keras variable stays the same object and only its TensorFlow variable is made anew (inside the
+        strategy's scope, as the optimizer is built): replacing the object in the optimizer's tracked list would
+        make the model unsaveable by `tf.train.Checkpoint` ("Unable to save the object ListWrapper").
         """
-        old = self._iterations
-        with keras.name_scope(self.name, caller=self):
-            counter = keras.Variable(0, name=old.name, dtype=old.dtype, trainable=False, aggregation="none")
-        self._untrack_variable(old)
-        self._iterations = counter  # tracked on assignment, as Keras tracks the one it replaces
+        counter = self._iterations
+        counter._aggregation = "none"  # read by _initialize when it makes the tf.Variable
+        counter._initialize(0)
 
     def build(self, variables: list) -> None:
         """Creates one momentum buffer per variable (zeros: the first step's buffer is g, as PyTorch's)."""

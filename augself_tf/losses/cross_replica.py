@@ -1,4 +1,5 @@
-"""Cross-replica gathers that need no merge_call, for the replica function GPUs and TPUs run compiled.
+"""Cross-replica gathers that need no merge_call, for the replica function GPUs and TPUs run compiled: the global
+batch of NT-Xent's negatives, and the keys MoCo and LooC enqueue. A function of tensors, as every loss here.
 
 `ReplicaContext.all_gather` makes a merge_call on MirroredStrategy in TF 2.21 whether or not the strategy runs
 without them (distribute_lib.py has no other branch), and a merge_call inside the XLA-compiled replica function
