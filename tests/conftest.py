@@ -49,6 +49,19 @@ def mirrored_cpus(reduction: str = "one_device", merge_call: bool = True) -> tf.
     return strategy
 
 
+# The fast tier runs each per-method sweep on these methods; the slow tier on every method. Between them they hold
+# every kind of step the methods have: a predictor at constant lr (SimSiam), a momentum encoder with a queue and a
+# gathered key batch (MoCo), more than two views with a queue per embedding space (LooC).
+FAST_METHODS = ("simsiam", "moco", "looc")
+
+
+def each_method(methods) -> list:
+    """`methods` as pytest parameters, those outside FAST_METHODS marked slow (docs/development.md)."""
+    import pytest
+
+    return [m if m in FAST_METHODS else pytest.param(m, marks=pytest.mark.slow) for m in methods]
+
+
 # The files that take longest, heaviest first (measured with --durations=0 on the 2-core machine). pytest-xdist's
 # `--dist loadfile` hands each worker whole files in collection order once the reorder below is off; its default
 # reorder sends files with the most tests first, so the files of one or a few long runs (kill -9 resumes,

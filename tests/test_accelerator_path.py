@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import mirrored_cpus
+from conftest import each_method, mirrored_cpus
 from helpers import batch, compile_model, make_model, replica_values, run_steps, tiny_run
 
 from augself_tf.augment import AugmentConfig, ops
@@ -35,7 +35,7 @@ def _two_replica_run(method: str, strategy: tf.distribute.Strategy, batches: lis
     return model, run_steps(model, batches, strategy)
 
 
-@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("method", each_method(METHODS))
 def test_every_method_without_merge_call_equals_the_merge_call_step(method):
     """Two steps on 2 replicas: merge_call + ReductionToOneDevice (what --cpu_replicas runs) against no merge_call
     + collective all-reduces, each replica calling its own traced step (what a GPU runs, minus XLA), where any
@@ -93,7 +93,7 @@ def test_the_static_shape_check_sees_the_jitters_partition_form():
     assert not _dynamic(hlo("select"))
 
 
-@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("method", each_method(METHODS))
 def test_every_methods_replica_step_compiles_to_hlo_of_static_shapes(method):
     """The function each replica runs under --jit_compile, on one device (XLA compiles no collective on CPU):
     its HLO has no dynamic dimension (the colour jitter's dynamic_partition would give some), and XLA compiles

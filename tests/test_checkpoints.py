@@ -142,6 +142,7 @@ def test_a_setting_an_older_run_json_lacks_is_recorded_not_refused(tmp_path):
         check_run_settings(str(tmp_path), _checked(condition=("crop",), condition_width=8), write=True)
 
 
+@pytest.mark.slow
 def test_a_resume_with_another_embedding_width_stops_at_the_flag_not_at_a_variable_shape(tmp_path):
     cfg = tiny_run(str(tmp_path), condition=("crop",), condition_width=8, condition_depth=2, max_steps=1,
                    export=False)
@@ -169,6 +170,7 @@ def test_keys_do_not_depend_on_creation_order():
     assert list(a) == list(b)
 
 
+@pytest.mark.slow
 def test_a_resume_with_the_batch_doubled_reuses_the_queue_size_the_run_derived(tmp_path):
     """MoCo derives its queue from the batch (2992 keys at batch 16 on shapes' 5000 images, 2976 at 32): the
     resume reuses the recorded size; setting --queue_size to another value is refused naming the flag."""

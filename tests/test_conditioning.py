@@ -241,6 +241,7 @@ def test_two_replicas_equal_one_device_with_a_conditioned_projector():
     assert checked == len(embedding) > 0
 
 
+@pytest.mark.slow
 def test_a_conditioned_run_with_augself_in_device_mode_exports_the_backbone_alone(tmp_path):
     """train(): MoCo + AugSelf{crop,color} + the reference's five descriptors, device photometric mode."""
     cfg = tiny_run(str(tmp_path / "run"), condition=CASSLE, condition_width=16, condition_depth=2, max_steps=2,

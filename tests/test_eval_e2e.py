@@ -194,6 +194,7 @@ def eval_main_runs(models, tmp_path_factory):
     return runs
 
 
+@pytest.mark.slow
 def test_eval_main_end_to_end(eval_main_runs):
     proc, out = eval_main_runs["end_to_end"], eval_main_runs["output"]
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -209,6 +210,7 @@ def _error_lines(proc: subprocess.CompletedProcess) -> list[str]:
     return [ln for ln in proc.stderr.splitlines() if ln.startswith("eval_main: error:")]
 
 
+@pytest.mark.slow
 def test_eval_main_bad_inputs_exit_2_with_one_line(eval_main_runs):
     missing, bogus, log_to, nosig = (eval_main_runs[k] for k in ("missing", "bogus", "log_to", "nosig"))
     assert missing.returncode == 2

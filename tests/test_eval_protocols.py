@@ -49,6 +49,7 @@ def test_a_registered_protocol_is_in_all_and_gets_its_flags(monkeypatch):
     assert "colorinfo" not in all_protocols()  # the analyses run only when named
 
 
+@pytest.mark.slow
 def test_toy_protocol_runs_through_eval_main(model, tmp_path):
     out = str(tmp_path / "results.json")
     proc = _run([sys.executable, "-c", DRIVER, f"--saved_model={model}", "--protocol=linear,featdim",
@@ -66,6 +67,7 @@ def test_toy_protocol_runs_through_eval_main(model, tmp_path):
     assert len(json.load(open(out))[0]["settings"]["sweep"]) == 45  # the full sweep stays in the JSON
 
 
+@pytest.mark.slow
 def test_verbose_restores_the_full_sweep_and_startup_is_quiet(model, tmp_path):
     proc = _run([sys.executable, os.path.join(REPO, "eval_main.py"), f"--saved_model={model}", "--protocol=linear",
                  "--dataset=shapes", "--image_size=32", "--max_examples=60", "--linear_max_iter=100", "--verbose",

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from helpers import hparams_dashboard_rows, replace_config, tiny_run
 
 from augself_tf.runtime.tensorboard import log_eval_records, metric_tag
 from augself_tf.training.loop import train
 
 
+@pytest.mark.slow
 def test_sweep_runs_appear_as_one_hparams_table_with_eval_results(tmp_path):
     root = str(tmp_path / "sweep")
     for name, weight, augself in (("lam0.5", 0.5, ("crop", "color")), ("base", 1.0, ())):

@@ -74,6 +74,7 @@ def _flags_section(helpfull: str) -> str:
     return "\n".join(lines[start:])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("program", sorted(PROGRAMS))
 def test_python_m_has_exactly_the_scripts_flags(program):
     script, module, _ = PROGRAMS[program]

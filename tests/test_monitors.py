@@ -136,6 +136,7 @@ def _monitor_events(tb_dir: str) -> dict[str, dict[int, float]]:
 
 
 # Two replicas with every monitor: test_monitors_on_two_replicas_write_scalars_and_do_not_change_training.
+@pytest.mark.slow
 @pytest.mark.parametrize(("replicas", "monitor"), [(1, "auto")])
 def test_run_writes_monitor_scalars_to_tensorboard(tmp_path, replicas, monitor):
     result = train(monitored_run(str(tmp_path / "run"), cpu_replicas=replicas, monitor=monitor))

@@ -75,8 +75,11 @@ def _batches(ds) -> list:
 
 
 # ----------------------------------------------------------------------------------------- resume skips
-@pytest.mark.parametrize("shards", [1, 2])
-@pytest.mark.parametrize("kind", ["folder", "in-memory", "tfds", "dataset"])
+# Every source with one shard count in the fast tier, the other in the slow one.
+@pytest.mark.parametrize(("kind", "shards"), [
+    (kind, shards) if fast else pytest.param(kind, shards, marks=pytest.mark.slow)
+    for kind, fast_shards in (("folder", 1), ("in-memory", 2), ("tfds", 2), ("dataset", 1))
+    for shards, fast in ((1, fast_shards == 1), (2, fast_shards == 2))])
 def test_a_resume_yields_the_uninterrupted_pairs_bit_for_bit_and_augments_nothing_it_skips(
         kind, shards, tfds_dir, folder_dir, monkeypatch):
     calls = []

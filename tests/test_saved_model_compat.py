@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from augself_tf.evaluation.loading import load_model
@@ -45,6 +46,7 @@ def test_an_export_without_normalisation_gives_its_own_features(tmp_path):
     np.testing.assert_allclose(features, backbone(images, training=False).numpy(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_an_export_without_normalisation_still_evaluates(tmp_path):
     old = str(tmp_path / "old")
     _old_export(old)

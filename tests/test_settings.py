@@ -20,6 +20,7 @@ MAX_LINES = 400
 LINE_LIMIT_EXCEPTIONS = {"augself_tf/evaluation/estimators/logreg.py"}
 
 
+@pytest.mark.slow
 def test_helpfull_is_the_snapshot_of_each_program():
     """`train_main.py --helpfull` and `eval_main.py --helpfull`, byte for byte. The snapshots were taken before
     the settings were declared once (commit def35ce); the later changes are each their own commit with every

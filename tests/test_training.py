@@ -28,6 +28,7 @@ class _InterruptError(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
     full = train(tiny_run(str(tmp_path / "full"), export=False))
     assert full.steps == 6
@@ -94,6 +95,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch
     assert not os.path.exists(tmp_path / "nan" / "saved_model")
 
 
+@pytest.mark.slow
 def test_nan_between_log_steps_is_caught_before_the_next_save_and_names_its_step(tmp_path, monkeypatch):
     original = AugSelfModel.compute_losses
 
@@ -109,6 +111,7 @@ def test_nan_between_log_steps_is_caught_before_the_next_save_and_names_its_step
     assert tf.train.latest_checkpoint(str(tmp_path / "inf" / "checkpoints")) is None
 
 
+@pytest.mark.slow
 def test_loop_fetches_logs_only_at_log_steps(tmp_path, monkeypatch):
     """A host read of the loss every step would stall a GPU's queue: values are read every log_every steps."""
     from augself_tf.training import loop
