@@ -50,9 +50,10 @@ def mirrored_cpus(reduction: str = "one_device", merge_call: bool = True) -> tf.
 
 
 # The fast tier runs each per-method sweep on these methods; the slow tier on every method. Between them they hold
-# every kind of step the methods have: a predictor at constant lr (SimSiam), a momentum encoder with a queue and a
-# gathered key batch (MoCo), more than two views with a queue per embedding space (LooC).
-FAST_METHODS = ("simsiam", "moco", "looc")
+# the two kinds of state a step writes besides the weights: a predictor at constant lr (SimSiam), a momentum encoder
+# with a queue filled from a gathered key batch (MoCo; LooC's queue per embedding space is the same mechanism, and
+# tests/test_methods_looc.py runs its 2-replica step in the fast tier).
+FAST_METHODS = ("simsiam", "moco")
 
 
 def each_method(methods) -> list:
@@ -62,13 +63,40 @@ def each_method(methods) -> list:
     return [m if m in FAST_METHODS else pytest.param(m, marks=pytest.mark.slow) for m in methods]
 
 
-# The files that take longest, heaviest first (measured with --durations=0 on the 2-core machine). pytest-xdist's
+# The files that take longest, heaviest first (measured with --durations=0 on the 2-core machine, each tier). pytest-xdist's
 # `--dist loadfile` hands each worker whole files in collection order once the reorder below is off; its default
 # reorder sends files with the most tests first, so the files of one or a few long runs (kill -9 resumes,
 # two-worker training, the rerun check) used to start last and run alone at the end, the other worker idle.
 # Longest first keeps the tail short. A file missing here runs after these, in its usual order; a stale order
 # costs only balance, never a test.
-HEAVIEST_FIRST = (  # seconds per file, idle clean-clone run at 484db9f (`PYTEST_ADDOPTS=--durations=0`)
+HEAVIEST_FIRST = (  # by each file's seconds in the slow tier, then in the fast one (docs/development.md)
+    "test_resume.py",
+    "test_flagfiles.py",
+    "test_faults.py",
+    "test_multiworker.py",
+    "test_worker_agreement.py",
+    "test_run_lock.py",
+    "test_methods_base.py",
+    "test_accelerator_path.py",
+    "test_determinism.py",
+    "test_install.py",
+    "test_reproduce_small.py",
+    "test_pair_stream.py",
+    "test_eval_omega_probe.py",
+    "test_device_stage.py",
+    "test_conditioning.py",
+    "test_views.py",
+    "test_host_ops.py",
+    "test_analyses.py",
+    "test_training.py",
+    "test_monitors.py",
+    "test_mixed_precision.py",
+    "test_eval_e2e.py",
+    "test_checkpoints.py",
+    "test_augment.py",
+    "test_methods_looc.py",
+    "test_progress.py",
+)
     "test_resume.py",  # 265
     "test_flagfiles.py",  # 191
     "test_training.py",  # 152

@@ -90,7 +90,7 @@ def test_two_gpu_replicas_hold_no_host_memory_op():
     assert _op_counts(graph).get("RGBToHSV", 0) >= 16  # both replicas' device stage
 
 
-@pytest.mark.parametrize("method", ["simsiam", "moco"])
+@pytest.mark.parametrize("method", ["simsiam", pytest.param("moco", marks=pytest.mark.slow)])
 def test_the_cpu_step_keeps_the_partitioned_jitter(method):
     """On CPU the partition form stays (5.7x less CPU than select there): 3 partitions (images, factors, rows)
     and 1 stitch at each of the 4 positions, for each of the 2 views."""

@@ -229,7 +229,9 @@ def test_augself_loss_falls_on_a_fixed_batch(method):
     assert last < 0.6 * first, (first, last)
 
 
-@pytest.mark.parametrize("augself", [(), ("crop", "color")], ids=["plain", "augself"])
+# The plain runs are the AugSelf runs' method losses without the heads: in the slow tier.
+@pytest.mark.parametrize("augself", [pytest.param((), marks=pytest.mark.slow), ("crop", "color")],
+                         ids=["plain", "augself"])
 @pytest.mark.parametrize("method", ["byol", "simclr", "swav", "supervised"])
 def test_method_trains_on_two_replicas(method, augself):
     strategy = mirrored_cpus()
@@ -255,8 +257,11 @@ TWO_REPLICA_CASES = {
 }
 
 
-@pytest.mark.parametrize("reduction", ["one_device", "collective"])  # what --cpu_replicas runs; what GPUs run
-@pytest.mark.parametrize("method", list(TWO_REPLICA_CASES))
+# What --cpu_replicas runs (one_device) for every case; what GPUs run (collective) for SimSiam in the fast tier and
+# for every case in the slow one.
+@pytest.mark.parametrize(("method", "reduction"), [
+    (m, r) if r == "one_device" or m == "simsiam" else pytest.param(m, r, marks=pytest.mark.slow)
+    for m in TWO_REPLICA_CASES for r in ("one_device", "collective")])
 def test_two_replicas_equal_one_device_on_the_same_global_batch(method, reduction):
     size, seed, options = TWO_REPLICA_CASES[method]
     b = batch(seed, n=8, size=size)
