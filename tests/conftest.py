@@ -63,9 +63,9 @@ def each_method(methods) -> list:
     return [m if m in FAST_METHODS else pytest.param(m, marks=pytest.mark.slow) for m in methods]
 
 
-# The files that take longest, heaviest first (measured with --durations=0 on the 2-core machine, each tier). pytest-xdist's
-# `--dist loadfile` hands each worker whole files in collection order once the reorder below is off; its default
-# reorder sends files with the most tests first, so the files of one or a few long runs (kill -9 resumes,
+# The files that take longest, heaviest first (measured with --durations=0 on the 2-core machine, each tier).
+# pytest-xdist's `--dist loadfile` hands each worker whole files in collection order once the reorder below is
+# off; its default reorder sends files with the most tests first, so the files of one or a few long runs (kill -9 resumes,
 # two-worker training, the rerun check) used to start last and run alone at the end, the other worker idle.
 # Longest first keeps the tail short. A file missing here runs after these, in its usual order; a stale order
 # costs only balance, never a test.
@@ -96,23 +96,6 @@ HEAVIEST_FIRST = (  # by each file's seconds in the slow tier, then in the fast 
     "test_augment.py",
     "test_methods_looc.py",
     "test_progress.py",
-)
-    "test_resume.py",  # 265
-    "test_flagfiles.py",  # 191
-    "test_training.py",  # 152
-    "test_faults.py",  # 116
-    "test_multiworker.py",  # 116
-    "test_analyses.py",  # 75
-    "test_monitors.py",  # 75
-    "test_install.py",  # 72
-    "test_determinism.py",  # 62
-    "test_conditioning.py",  # 60
-    "test_reproduce_small.py",  # 58
-    "test_methods_base.py",  # 57
-    "test_eval_omega_probe.py",  # 51
-    "test_methods_looc.py",  # 46
-    "test_device_stage.py",  # 32
-    "test_progress.py",  # 30
 )
 
 
