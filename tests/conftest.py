@@ -65,9 +65,9 @@ def each_method(methods) -> list:
 
 # The files that take longest, heaviest first (measured with --durations=0 on the 2-core machine, each tier).
 # pytest-xdist's `--dist loadfile` hands each worker whole files in collection order once the reorder below is
-# off; its default reorder sends files with the most tests first, so the files of one or a few long runs (kill -9 resumes,
-# two-worker training, the rerun check) used to start last and run alone at the end, the other worker idle.
-# Longest first keeps the tail short. A file missing here runs after these, in its usual order; a stale order
+# off; its default reorder sends files with the most tests first, so the files of one or a few long runs (kill -9
+# resumes, two-worker training, the rerun check) used to start last and run alone at the end, the other worker
+# idle. Longest first keeps the tail short. A file missing here runs after these, in its usual order; a stale order
 # costs only balance, never a test.
 HEAVIEST_FIRST = (  # by each file's seconds in the slow tier, then in the fast one (docs/development.md)
     "test_resume.py",

@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import mirrored_cpus
+from conftest import each_method, mirrored_cpus
 from helpers import SMALL, batch, compile_model, replica_values, run_steps, tiny_backbone, tiny_run
 from test_augment import GRAY, NP_JITTER, np_blur, random_image, rebuild_from_crop
 
@@ -142,7 +142,7 @@ def test_device_mode_gives_the_same_descriptions():
 # ----------------------------------------------------------------------------------- the model
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", each_method(METHODS))
 def test_condition_none_is_the_model_and_step_of_today(method):
     """Built with condition=() (or the default kwargs of the feature), a method has the same variables, the
     same values and the same train step as a model built without the feature; it never reads the new ω."""
@@ -162,7 +162,7 @@ def test_condition_none_is_the_model_and_step_of_today(method):
         np.testing.assert_array_equal(a.numpy(), c.numpy(), err_msg=a.path)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", each_method(METHODS))
 def test_the_projector_reads_omega_and_the_loss_trains_the_omega_mlp(method):
     model = build(method, condition=CASSLE, condition_width=8, condition_depth=3)
     conditioned = head(model)

@@ -53,6 +53,7 @@ class Evaluator:
         return run_protocol(self.context, model, protocol, dataset, self.options.get(protocol))
 
 
+@pytest.mark.slow
 def test_all_protocols_on_shapes(models, tmp_path):
     ev = Evaluator(tmp_path)
     model = load_model(models["rand"])

@@ -98,6 +98,7 @@ def test_features_that_carry_nothing_score_zero(omega_pairs):
         assert scores[name].value < scores[name].chance + 0.08, (name, scores[name])
 
 
+@pytest.mark.slow
 def test_the_probe_reads_at_least_what_an_augself_head_reads(tmp_path):
     """The probe against AugSelf's own reader: on features that hold each view's ω only through a random
     nonlinear map (64 ReLU units of ω, mixed to 48-d, plus noise), a head of AugSelf's shape (the model's own

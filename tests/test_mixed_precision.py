@@ -6,6 +6,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 import pytest
+from conftest import each_method
 from helpers import batch, compile_model, make_model, run_steps
 
 from augself_tf.methods import METHODS
@@ -18,7 +19,7 @@ def bfloat16_policy():
     keras.mixed_precision.set_global_policy("float32")
 
 
-@pytest.mark.parametrize("method", sorted(METHODS))
+@pytest.mark.parametrize("method", each_method(sorted(METHODS)))
 def test_every_method_trains_in_bfloat16_with_float32_heads(method, bfloat16_policy):
     options = {"num_classes": 3} if METHODS[method].needs_labels else {}
     model = make_model(method, augself=("crop", "color"), **options)

@@ -75,6 +75,7 @@ def test_two_replicas_train_finite_and_export_loads_without_the_project(tmp_path
     np.testing.assert_allclose(exported, direct, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
     original = AugSelfModel.compute_losses
 
@@ -173,6 +174,7 @@ def bad_runs(tmp_path_factory) -> dict:
     return {**dict(zip(cases, procs, strict=True)), "data_dir": str(tmp)}
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_clear_line_and_nonzero_exit(bad_runs):
     for i, (args, expected) in enumerate(BAD_INPUTS):
         proc = bad_runs[i]
@@ -181,6 +183,7 @@ def test_bad_input_is_one_clear_line_and_nonzero_exit(bad_runs):
         assert expected in proc.stderr, (args, proc.stderr[-2000:])
 
 
+@pytest.mark.slow
 def test_train_main_unprepared_tfds_is_one_error_line_exit_2(bad_runs):
     proc, data_dir = bad_runs["tfds"], bad_runs["data_dir"]
     assert proc.returncode == 2, proc.stderr
@@ -193,6 +196,7 @@ def test_train_main_unprepared_tfds_is_one_error_line_exit_2(bad_runs):
     assert "Traceback" not in proc.stderr and "unknown or zero size" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_unknown_monitor_is_one_clear_line_and_nonzero_exit(bad_runs):
     proc = bad_runs["monitor"]
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
