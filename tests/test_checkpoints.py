@@ -108,7 +108,8 @@ def test_run_settings_refuse_another_model_but_allow_another_schedule(tmp_path):
 # Another value for every ModelConfig flag; a field added to ModelConfig without one here fails the test below.
 OTHER_VALUES = {
     "method": "simsiam", "augself": ("crop", "color:0.5"), "augself_weight": 0.5, "condition": ("crop",),
-    "condition_width": 32, "condition_depth": 3, "backbone": "resnet18", "width": 0.25,
+    "condition_width": 32, "condition_depth": 3, "condition_kind": "hypernet", "condition_descriptor": "relative",
+    "condition_predictor": True, "backbone": "resnet18", "width": 0.25,
     "input_mean": "0.1,0.2,0.3", "input_std": "0.3,0.2,0.1",
 }
 

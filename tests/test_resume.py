@@ -114,6 +114,13 @@ def _wait(proc: subprocess.Popen, log_path: str, timeout: float = 600) -> None:
 # Conditioned projectors (CASSLE) add the ω-embedding MLPs (online and momentum) and the device-measured colour
 # shift to what must replay exactly.
 CONDITIONED = ("--condition=crop,color,color_diff,blur,grayscale", "--condition_width=8", "--condition_depth=2")
+# CASSLE's other options: the projector's weights generated per example by a hypernetwork (its ω-MLP built when the
+# projector is), the predictor conditioned with its own ω-MLP, each view described relative to the other.
+SIMSIAM_HYPERNET = ("--method=simsiam", "--augself=crop,color", "--dataset=shapes", "--split=test", "--width=0.0625",
+                    "--image_size=16", "--batch_size=16", "--max_steps=5", "--checkpoint_every=1", "--log_every=1",
+                    "--projector_dim=16", "--predictor_hidden=8", "--noexport", "--photometric=device",
+                    "--monitor=none", *CONDITIONED, "--condition_kind=hypernet", "--condition_predictor",
+                    "--condition_descriptor=relative")
 
 
 # MoCo is run conditioned only: that state is plain MoCo's (weights, optimizer, key encoder, queue) and more.
@@ -121,7 +128,8 @@ CONDITIONED = ("--condition=crop,color,color_diff,blur,grayscale", "--condition_
     ((*MOCO, *CONDITIONED), 2, 5),
     (SIMSIAM_HOST, 2, 4),
     (LOOC, 2, 5),
-], ids=["moco-conditioned", "simsiam-host-b128", "looc-4-views"])
+    (SIMSIAM_HYPERNET, 2, 5),
+], ids=["moco-conditioned", "simsiam-host-b128", "looc-4-views", "simsiam-hypernet-predictor-relative"])
 @pytest.mark.slow
 def test_kill_9_mid_epoch_then_same_command_ends_bit_identical(tmp_path, args, kill_after, steps):
     """Two replicas, --deterministic: SIGKILL after a mid-epoch checkpoint, rerun the command, compare bits."""

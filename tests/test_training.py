@@ -154,6 +154,9 @@ BAD_INPUTS = [
     (["--method=looc", "--looc_augmentations=color,sepia"],
      "error: --looc_augmentations: unknown augmentation 'sepia'; choose from crop, flip, color"),
     (["--method=looc", "--condition=color"], "error: --condition does not compose with --method=looc"),
+    (["--condition_kind=hypernet"], "error: --condition_kind=hypernet needs --condition"),
+    (["--method=moco", "--condition=crop", "--condition_predictor"],
+     "error: --condition_predictor: method 'moco' has no predictor that reads the description"),
 ]
 # A tiny MoCo run on shapes asking for a monitor that does not exist.
 UNKNOWN_MONITOR = ["--method=moco", "--augself=crop,color", "--dataset=shapes", "--split=test", "--width=0.0625",

@@ -137,22 +137,41 @@ def _rotation_descriptor(omega: Omega, config: AugmentConfig) -> tf.Tensor:
     return tf.one_hot(k, 4, dtype=tf.float32)
 
 
+def _crop_relative(omega: Omega, other: Omega, config: AugmentConfig) -> tf.Tensor:
+    """Relative crop: the AugSelf crop target (both centres in this view's displayed frame), as the reference's
+    relative descriptors are its ``extract_diff``."""
+    del config
+    return crop_target(omega, other)
+
+
+def _flip_relative(omega: Omega, other: Omega, config: AugmentConfig) -> tf.Tensor:
+    """Relative flip: 1 if both views have the same flip (the reference's ``extract_diff``), not a difference."""
+    del config
+    return flip_target(omega, other)
+
+
+def _rotation_relative(omega: Omega, other: Omega, config: AugmentConfig) -> tf.Tensor:
+    """Relative rotation: one-hot (k − k_other) mod 4, the absolute descriptor's encoding of a relative k."""
+    del config
+    return tf.one_hot(rotation_target(omega, other), 4, dtype=tf.float32)
+
+
 # ----------------------------------------------------------------------------------------------- the steps
 
 
 CROP = regression(
     "crop", seed_slot=0, sample=_sample_crop, transform=_crop, omega=_crop_omega, omega_dim=4, target=crop_target,
-    descriptors=(Descriptor("crop", 4, _crop_descriptor),),
+    descriptors=(Descriptor("crop", 4, _crop_descriptor, _crop_relative),),
 )
 FLIP = Augmentation(
     name="flip", seed_slot=1, sample=_sample_flip, transform=_flip, omega=applied_omega, omega_dim=1,
     probability=Probability("flip_prob", 0.5, "Horizontal-flip probability."),
     head_dim=1, target=flip_target, loss=binary_cross_entropy, metric=binary_error,
-    descriptors=(Descriptor("flip", 1, as_is("flip")),),
+    descriptors=(Descriptor("flip", 1, as_is("flip"), _flip_relative),),
 )
 ROTATION = Augmentation(
     name="rotation", seed_slot=5, sample=_sample_rotation, transform=_rotate, omega=_rotation_omega, omega_dim=1,
-    commutes_with_device=True, descriptors=(Descriptor("rotation", 4, _rotation_descriptor),),
+    commutes_with_device=True, descriptors=(Descriptor("rotation", 4, _rotation_descriptor, _rotation_relative),),
     probability=Probability("rotation_prob", 0.0, "Rotation probability (default 0.5 when rotation is predicted or "
                             "left out by --method=looc, else 0).", when_predicted=0.5),
     head_dim=4, target=rotation_target, loss=categorical_cross_entropy, metric=categorical_error,

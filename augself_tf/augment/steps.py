@@ -33,6 +33,8 @@ OmegaFn = Callable[[Params, AugmentConfig], tf.Tensor]
 MeasureFn = Callable[[tf.Tensor, tf.Tensor, Params, AugmentConfig], tf.Tensor]
 # (ω dict of a batch of views, entries [B, k], config) -> the views' description [B, dim]
 DescribeFn = Callable[[Omega, AugmentConfig], tf.Tensor]
+# (ω of a batch of views, ω of their other views, config) -> the views' relative description [B, dim]
+RelateFn = Callable[[Omega, Omega, AugmentConfig], tf.Tensor]
 
 HOST, DEVICE = "host", "device"
 
@@ -91,11 +93,21 @@ class Descriptor:
       name: the ``--condition`` name.
       dim: its size per view.
       describe: (ω dict of a batch of views, config) -> [B, dim].
+      relate: the relative description (``--condition_descriptor=relative``): (ω of the views, ω of the other
+        views, config) -> [B, dim]; None: ``describe`` of the view minus ``describe`` of the other view.
     """
 
     name: str
     dim: int
     describe: DescribeFn
+    relate: RelateFn | None = None
+
+    def relative(self, omega: Omega, other: Omega, config: AugmentConfig) -> tf.Tensor:
+        """The view's description relative to the other view of its pair, [B, dim]."""
+        if self.relate is not None:
+            return tf.cast(self.relate(omega, other, config), tf.float32)
+        return (tf.cast(self.describe(omega, config), tf.float32)
+                - tf.cast(self.describe(other, config), tf.float32))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -97,12 +97,16 @@ class AugSelfModel(keras.Model):
       condition: descriptors (keys of ``registry.DESCRIPTORS``) each view's projector is conditioned on
         (CASSLE, `augself_tf.methods.conditioning`); () = none, the plain method.
       condition_width / condition_depth: the ω-embedding MLP's units per layer and linear layers.
+      condition_kind: how the embedding enters the projector (``methods.conditioning.CONDITION_KINDS``).
+      condition_descriptor: ``absolute`` (each view's own descriptors) or ``relative`` (to the other view's).
+      condition_predictor: condition the method's predictor too (SimSiam: ``self.conditioned_predictor``).
       options: the method's ``Options`` (default: ``Options()``), kept as ``self.method_options``.
 
     Conditioning: a method wraps the head that reads the features in ``self.conditioned(...)`` (identity when
     ``condition`` is empty) and gets [f, d] instead of f in ``method_loss`` — ``head_input`` — where d is the
     view's description; a method with its own ``method_forward`` builds that input with ``head_input`` and
-    passes ``describe(ω)`` to its momentum encoder.
+    passes ``describe(ω, ω_other)`` to its momentum encoder. A method with a predictor may wrap it in
+    ``self.conditioned_predictor(...)`` and feed it ``predictor_input(z, head input)``.
     """
 
     method_name = "none"
@@ -176,6 +180,9 @@ class AugSelfModel(keras.Model):
         condition: tuple[str, ...] = (),
         condition_width: int = DEFAULT_WIDTH,
         condition_depth: int = DEFAULT_DEPTH,
+        condition_kind: str = "concat",
+        condition_descriptor: str = "absolute",
+        condition_predictor: bool = False,
         options: Any = None,
         **kwargs,
     ) -> None:
@@ -197,7 +204,9 @@ class AugSelfModel(keras.Model):
         self.augself_weights = {name: float(w) for name, w in weights.items()}
         self.synchronized_bn = synchronized_bn
         self.augment_config = augment or AugmentConfig()
-        self.conditioning = Conditioning.create(condition, condition_width, condition_depth)
+        self.conditioning = Conditioning.create(condition, condition_width, condition_depth, kind=condition_kind,
+                                                descriptor=condition_descriptor, predictor=condition_predictor)
+        self.predictor_conditioned = False  # set by conditioned_predictor; build_all refuses a flag left unused
         self.augself_heads = {
             name: mlp(
                 [AUGSELF_HIDDEN, AUGSELF_HIDDEN, AUGMENTATIONS[name].head_dim],
@@ -219,7 +228,8 @@ class AugSelfModel(keras.Model):
         """Both views through the backbone, then `method_loss`. Override when view 2 uses another encoder."""
         f1 = self.backbone(batch["view1"], training=training)
         f2 = self.backbone(batch["view2"], training=training)
-        loss, logs = self.method_loss(self.head_input(f1, batch["omega1"]), self.head_input(f2, batch["omega2"]),
+        omega1, omega2 = batch["omega1"], batch["omega2"]
+        loss, logs = self.method_loss(self.head_input(f1, omega1, omega2), self.head_input(f2, omega2, omega1),
                                       batch, training)
         return Forward(f1, f2, loss, logs)
 
@@ -251,13 +261,33 @@ class AugSelfModel(keras.Model):
         """`head` reading [f, e(d)] from the head input [f, d] when conditioned, else `head` itself."""
         return condition_head(head, self.conditioning, synchronized_bn=self.synchronized_bn)
 
-    def describe(self, omega: dict) -> tf.Tensor | None:
-        """The views' descriptions [B, n] from their ω, or None when not conditioned."""
-        return None if self.conditioning is None else self.conditioning.describe(omega, self.augment_config)
+    def conditioned_predictor(self, predictor: keras.layers.Layer) -> keras.layers.Layer:
+        """`predictor` reading [z, e(d)] (concat, its own ω-MLP) from `predictor_input` when the run conditions the
+        predictor (``--condition_predictor``), else `predictor` itself."""
+        if self.conditioning is None or not self.conditioning.predictor:
+            return predictor
+        self.predictor_conditioned = True
+        # Concatenation whatever --condition_kind: the reference's AugSSPredictor has proj-cat only.
+        return condition_head(predictor, self.conditioning, synchronized_bn=self.synchronized_bn, kind="concat")
 
-    def head_input(self, features: tf.Tensor, omega: dict) -> tf.Tensor:
-        """What the method's heads read of a view: its features, and its description when conditioned."""
-        return features if self.conditioning is None else head_input(features, self.describe(omega))
+    def predictor_input(self, projection: tf.Tensor, head_in: tf.Tensor) -> tf.Tensor:
+        """What a `conditioned_predictor` reads: the projection, and the description the view's head input
+        [f, d] carries when the predictor is conditioned."""
+        if not self.predictor_conditioned:
+            return projection
+        return head_input(projection, head_in[..., -self.conditioning.size :])
+
+    def describe(self, omega: dict, other: dict | None = None) -> tf.Tensor | None:
+        """The views' descriptions [B, n] from their ω (relative ones also from the other views' ω, ``other``),
+        or None when not conditioned."""
+        if self.conditioning is None:
+            return None
+        return self.conditioning.describe(omega, self.augment_config, other)
+
+    def head_input(self, features: tf.Tensor, omega: dict, other: dict | None = None) -> tf.Tensor:
+        """What the method's heads read of a view: its features, and its description when conditioned (``other``:
+        the ω of the other view of each pair, for relative descriptors)."""
+        return features if self.conditioning is None else head_input(features, self.describe(omega, other))
 
     @property
     def head_input_dim(self) -> int:
@@ -302,6 +332,9 @@ class AugSelfModel(keras.Model):
             # Its heads would read the raw description unembedded: refuse rather than train something else.
             raise ValueError(f"--condition: method '{self.method_name}' conditions no head (a method wraps its "
                              "projector in self.conditioned(...))")
+        if self.conditioning is not None and self.conditioning.predictor and not self.predictor_conditioned:
+            raise ValueError(f"--condition_predictor: method '{self.method_name}' has no predictor that reads the "
+                             "description (SimSiam's does)")
         self.built = True
 
     def compute_losses(self, batch: dict, training: bool = True) -> Losses:

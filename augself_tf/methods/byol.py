@@ -68,8 +68,8 @@ class BYOL(MomentumMethod):
     def method_loss(self, f1, f2, batch, training):
         p1 = self.predictor(self.projector(f1, training=training), training=training)
         p2 = self.predictor(self.projector(f2, training=training), training=training)
-        _, t1 = self.encode_momentum(batch["view1"], batch["omega1"], training)
-        _, t2 = self.encode_momentum(batch["view2"], batch["omega2"], training)
+        _, t1 = self.encode_momentum(batch["view1"], batch["omega1"], training, batch["omega2"])
+        _, t2 = self.encode_momentum(batch["view2"], batch["omega2"], training, batch["omega1"])
         loss = byol_regression(p1, t2) + byol_regression(p2, t1)
         if getattr(self, "optimizer", None) is None:  # called outside training (tests, evaluation)
             return loss, {}

@@ -86,9 +86,9 @@ class MoCo(MomentumMethod):
 
     def method_forward(self, batch, training):
         f1 = self.backbone(batch["view1"], training=training)
-        q = self.projector(self.head_input(f1, batch["omega1"]), training=training)
+        q = self.projector(self.head_input(f1, batch["omega1"], batch["omega2"]), training=training)
         q = tf.math.l2_normalize(tf.cast(q, tf.float32), -1)
-        f2, k = self.encode_momentum(batch["view2"], batch["omega2"], training)
+        f2, k = self.encode_momentum(batch["view2"], batch["omega2"], training, batch["omega1"])
         f2 = tf.stop_gradient(f2)
         k = tf.stop_gradient(tf.math.l2_normalize(tf.cast(k, tf.float32), -1))
         loss = info_nce(q, k, tf.convert_to_tensor(self.queue), self.temperature)

@@ -18,7 +18,14 @@ from augself_tf.augment.augment_config import AugmentConfig
 from augself_tf.flag_fields import names_text, option
 from augself_tf.methods import METHODS, build_method
 from augself_tf.methods.augself_model import AugSelfModel
-from augself_tf.methods.conditioning import DEFAULT_DEPTH, DEFAULT_WIDTH
+from augself_tf.methods.conditioning import (
+    CONDITION_KINDS,
+    DEFAULT_DEPTH,
+    DEFAULT_WIDTH,
+    DESCRIPTOR_MODES,
+    Conditioning,
+    kinds_help,
+)
 from augself_tf.models.resnet import BACKBONES, build_backbone
 
 
@@ -96,6 +103,14 @@ class ModelConfig:
                                   minimum=1)
     condition_depth: int = option(DEFAULT_DEPTH, "Linear layers of the --condition ω-embedding MLP (CASSLE: 6).",
                                   minimum=1)
+    condition_kind: str = option("concat", lambda: f"How the --condition ω-embedding e(d) enters the projector: "
+                                                   f"{kinds_help()}.", choices=tuple(CONDITION_KINDS))
+    condition_descriptor: str = option(
+        "absolute", "What --condition describes of a view: its own augmentations (absolute) or each relative to the "
+                    "other view of its pair (relative; CASSLE's --aug-desc-type rel).", choices=DESCRIPTOR_MODES)
+    condition_predictor: bool = option(
+        False, "Condition SimSiam's predictor on the view's description too, [z, e(d)] with its own ω-embedding "
+               "MLP (CASSLE's --ss-aug-inj-type proj-cat).")
     backbone: str = option("resnet18_cifar", "Backbone.", choices=BACKBONES)
     width: float = option(0.125, "Channel multiplier of the backbone (1.0 = standard ResNet).", above=0)
     input_mean: str | None = option(None, "Per-channel mean R,G,B the backbone's first layer subtracts from [0, 1] "
@@ -108,6 +123,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         self.augself = _tasks(self.augself)
+        self.conditioning()  # a kind or descriptor mode without --condition fails here, at parse
         self.input_statistics((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))  # a malformed --input_mean/std fails here, at parse
 
     @property
@@ -129,6 +145,17 @@ class ModelConfig:
         return (_three("input_mean", self.input_mean, data_mean),
                 _three("input_std", self.input_std, data_std, positive=True))
 
+    def conditioning(self) -> Conditioning | None:
+        """The conditioned projector these settings ask for (None: not conditioned).
+
+        Raises:
+          ValueError: ``condition_kind``, ``condition_descriptor`` or ``condition_predictor`` set without
+            ``condition``.
+        """
+        return Conditioning.create(self.condition, self.condition_width, self.condition_depth,
+                                   kind=self.condition_kind, descriptor=self.condition_descriptor,
+                                   predictor=self.condition_predictor)
+
     def checked_settings(self, input_mean: tuple[float, ...], input_std: tuple[float, ...]) -> dict[str, Any]:
         """Every field by its flag's name as run.json records it, the input statistics resolved (a resumed run
         must match them all; an unset method option is its method's default and is not recorded)."""
@@ -146,6 +173,8 @@ class ModelConfig:
         return build_method(self.method, backbone, options=dict(options), augself=self.task_weights(),
                             augself_weight=self.augself_weight, condition=self.condition,
                             condition_width=self.condition_width, condition_depth=self.condition_depth,
+                            condition_kind=self.condition_kind, condition_descriptor=self.condition_descriptor,
+                            condition_predictor=self.condition_predictor,
                             synchronized_bn=synchronized_bn, augment=augment)
 
 

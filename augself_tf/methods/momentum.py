@@ -125,9 +125,11 @@ class MomentumMethod(AugSelfModel):
         projector's input size (`head_input_dim`)."""
         self.momentum_encoder.initialize(self.backbone, self.projector, feature_dim)
 
-    def encode_momentum(self, images: tf.Tensor, omega: dict, training: bool) -> tuple[tf.Tensor, tf.Tensor]:
-        """(target backbone features, target projection) of `images`, conditioned on their ω when the method is."""
-        return self.momentum_encoder.encode(images, training, self.describe(omega))
+    def encode_momentum(self, images: tf.Tensor, omega: dict, training: bool,
+                        other: dict | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+        """(target backbone features, target projection) of `images`, conditioned on their ω when the method is
+        (``other``: the ω of the other view of each pair, for relative descriptors)."""
+        return self.momentum_encoder.encode(images, training, self.describe(omega, other))
 
     def momentum_at(self, step: tf.Tensor) -> float | tf.Tensor:
         """m of the update after the 0-based step `step` (float32). A Python float keeps 1 − m in double

@@ -53,7 +53,8 @@ def describe_run(
     model = cfg.model
     aug = augself_text(model.augself) if model.augself else "off"
     condition = (f" + conditioned projector[{','.join(model.condition)}] (MLP {model.condition_depth}×"
-                 f"{model.condition_width})" if model.condition else "")
+                 f"{model.condition_width}, {model.condition_kind}, {model.condition_descriptor} descriptors"
+                 f"{', predictor too' if model.condition_predictor else ''})" if model.condition else "")
     norm = ""
     if input_statistics is not None:
         mean, std = (",".join(f"{v:g}" for v in t) for t in input_statistics)

@@ -99,12 +99,17 @@ class TrainConfig:
     on_step: Callable[[int], None] | None = None  # called after each step (tests use it to interrupt)
 
     def resolved_model_dir(self) -> str:
-        """``model_dir``, or runs/<method>[_augself_<augs>][_condition_<descriptors>] when unset."""
+        """``model_dir``, or runs/<method>[_augself_<augs>][_condition_<descriptors>[_<kind>][_relative]
+        [_predictor]] when unset (the defaults concat and absolute are not named: older runs keep their dir)."""
         if self.model_dir:
             return self.model_dir
         model = self.model
         suffix = f"_augself_{'_'.join(model.augself_names)}" if model.augself else ""
-        suffix += f"_condition_{'_'.join(model.condition)}" if model.condition else ""
+        if model.condition:
+            suffix += f"_condition_{'_'.join(model.condition)}"
+            suffix += f"_{model.condition_kind}" if model.condition_kind != "concat" else ""
+            suffix += f"_{model.condition_descriptor}" if model.condition_descriptor != "absolute" else ""
+            suffix += "_predictor" if model.condition_predictor else ""
         return os.path.join("runs", model.method + suffix)
 
 
