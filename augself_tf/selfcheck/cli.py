@@ -110,6 +110,10 @@ def main(argv: list[str] | None = None, tamper: Callable[[object], None] | None 
     settings = parse(argv)
     import tensorflow as tf
 
+    # Each check builds its own step function from the same Python function, which TF reports as "retracing";
+    # every one is traced once, on purpose (as bench/common.py silences it too).
+    tf.get_logger().setLevel("ERROR")
+
     from augself_tf.runtime.strategy import make_strategy
     from augself_tf.selfcheck import correctness, environment, placement, speed
     from augself_tf.selfcheck.harness import Setup
@@ -133,7 +137,7 @@ def main(argv: list[str] | None = None, tamper: Callable[[object], None] | None 
     # The small setting of the correctness and placement checks: the run's model and step at 1/16 width, 16 px.
     small = Setup(method=settings.methods[0])
     if "correctness" in settings.sections:
-        correctness.run(report, strategy, settings.methods, small, settings.steps, tamper)
+        correctness.run(report, strategy, settings.methods, small, settings.steps, tamper, settings.quick)
     replicas = strategy.num_replicas_in_sync
     default = speed.default_setup(settings.methods[0], replicas, settings.quick, 0)
 

@@ -14,12 +14,14 @@ import tensorflow as tf
 
 from augself_tf.runtime.strategy import check_compiled_replicas
 from augself_tf.selfcheck.harness import (
+    Builder,
     Setup,
     Tamper,
     build,
     copy_state,
     distribute,
     real_batch,
+    real_batches,
     replica_values,
     state_variables,
 )
@@ -28,10 +30,13 @@ from augself_tf.training.distributed_step import make_distributed_step
 from augself_tf.training.loss_scale import CrossReplicaLossScaleOptimizer
 
 SECTION = "correctness"
-#: |all devices − one device| ≤ ATOL + RTOL·|one device|, for every loss and every variable: float32 round-off of
-#: sums taken in another order (per-replica partial sums, all-reduces), over a few steps.
-RTOL, ATOL = 1e-4, 1e-5
-TOLERANCE = f"|Δ| ≤ {ATOL:g} + {RTOL:g}·|x|"
+#: |all devices − one device| ≤ ATOL + RTOL·max|one device| per tensor (every loss, every variable): float32
+#: round-off of sums taken in another order (per-replica partial sums, all-reduces) over a few steps. Relative to
+#: the tensor's scale, not each element's: a gradient buffer's element is a sum with cancellation (batch norm's
+#: beta), whose round-off follows its terms, not itself. A real difference (another batch share, a missed
+#: all-reduce) moves batch-norm statistics and losses by percents.
+RTOL, ATOL = 1e-3, 1e-6
+TOLERANCE = f"|Δ| ≤ {ATOL:g} + {RTOL:g}·max|x| per tensor"
 
 
 @contextlib.contextmanager
@@ -54,28 +59,30 @@ def _excess(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
     diff = np.where(np.isnan(diff), np.inf, diff)
     if diff.size == 0:
         return 0.0, -1.0
-    return float(diff.max()), float((diff - ATOL - RTOL * np.abs(want)).max())
+    scale = float(np.nanmax(np.abs(want))) if np.isfinite(want).any() else 0.0
+    return float(diff.max()), float(diff.max() - ATOL - RTOL * scale)
 
 
-def replicas_match(strategy: tf.distribute.Strategy, setup: Setup, steps: int, tamper: Tamper | None = None) -> Check:
+def replicas_match(strategy: tf.distribute.Strategy, setup: Setup, steps: int, tamper: Tamper | None = None,
+                   builder: Builder = build) -> Check:
     """``steps`` training steps of ``setup`` on every replica of ``strategy`` against the same steps on its first
     device alone, from the same weights and global batches: every loss and every variable (weights, BN
-    statistics, optimizer buffers, queues, on each replica) within `TOLERANCE`."""
+    statistics, optimizer buffers, queues, on each replica) within `TOLERANCE`. ``tamper`` changes the
+    all-replica model before its step is built, ``builder`` builds both models."""
     replicas = strategy.num_replicas_in_sync
     name = f"{replicas} replicas = one device: {setup.method}"
     if replicas == 1:
         return Check(SECTION, name, NOT_APPLICABLE, "one replica: nothing to compare")
     one = tf.distribute.OneDeviceStrategy(strategy.extended.worker_devices[0])
     with float32_matmuls():
-        reference, model = build(setup, one), build(setup, strategy)
+        reference, model = builder(setup, one), builder(setup, strategy)
         copy_state(reference, model)  # the same start, whatever each strategy's initialisation drew
         src, dst = state_variables(reference), state_variables(model)
         if tamper is not None:
             tamper(model)
         reference_step, step = make_distributed_step(one, reference), make_distributed_step(strategy, model)
         loss_diff, loss_excess, worst_loss = 0.0, -1.0, ""
-        for s in range(steps):
-            batch = real_batch(setup, seed=setup.seed + s)
+        for s, batch in enumerate(real_batches(setup, steps, seed=setup.seed)):
             want, got = reference_step(batch), step(distribute(strategy, batch))
             for key in (k for k in want if k.startswith("loss/")):  # means over the batch: comparable
                 diff, excess = _excess(got[key].numpy(), want[key].numpy())
@@ -178,8 +185,9 @@ def xla_compiles(strategy: tf.distribute.Strategy, setup: Setup) -> Check:
 
 
 def run(report: Report, strategy: tf.distribute.Strategy, methods: tuple[str, ...], base: Setup, steps: int,
-        tamper: Tamper | None = None) -> None:
-    """Every correctness line, for ``methods`` at the small setting ``base``."""
+        tamper: Tamper | None = None, quick: bool = False) -> None:
+    """Every correctness line, for ``methods`` at the small setting ``base`` (``quick``: XLA for the first only,
+    its compilation being the longest check on a CPU)."""
     replicas = strategy.num_replicas_in_sync
     global_batch = base.batch_size * replicas  # base.batch_size per replica: the same share on any machine
     for method in methods:
@@ -200,6 +208,9 @@ def run(report: Report, strategy: tf.distribute.Strategy, methods: tuple[str, ..
         report.guarded(SECTION, name, lambda: overflow_skips_everywhere(strategy, mixed["float16"]))
     else:
         report.add(Check(SECTION, name, FAIL, "not run: the float16 steps failed"))
-    for method in methods:
+    for method in methods[:1] if quick else methods:
         setup = dataclasses.replace(base, method=method, batch_size=base.batch_size)
         report.guarded(SECTION, f"XLA compiles the replica step: {method}", lambda s=setup: xla_compiles(strategy, s))
+    if quick and len(methods) > 1:
+        report.add(Check(SECTION, f"XLA compiles the replica step: {', '.join(methods[1:])}", NOT_APPLICABLE,
+                         "not compiled under --quick"))

@@ -24,8 +24,12 @@ from augself_tf.training.train_config import TrainConfig
 
 #: The pretraining data of every check: embedded, so the check needs no download and no data on disk.
 DATASET = "shapes"
+#: The split the checks draw their batches from: the smaller one, its images drawn in a second or two.
+SPLIT = "test"
 #: Changes a model before its step is built: how a test plants a per-replica difference or a host op.
 Tamper = Callable[[AugSelfModel], None]
+#: Builds the model of a setting under a strategy (`build`; a test gives a cheaper one).
+Builder = Callable[["Setup", tf.distribute.Strategy], AugSelfModel]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +56,7 @@ class Setup:
     def config(self) -> TrainConfig:
         """The run settings of this setup: TrainConfig's defaults with its fields."""
         model = ModelConfig(method=self.method, backbone=self.backbone, width=self.width)
-        return TrainConfig(dataset=DATASET, model=model, augment=AugmentConfig(image_size=self.image_size),
+        return TrainConfig(dataset=DATASET, split=SPLIT, model=model, augment=AugmentConfig(image_size=self.image_size),
                            batch_size=self.batch_size, mixed_precision=self.mixed_precision,
                            jit_compile=self.jit_compile, photometric=self.photometric, seed=self.seed, verbose=0)
 
@@ -84,14 +88,26 @@ def _source(split: str):
     return pair_source(cfg, cache=True)
 
 
+def real_batches(setup: Setup, count: int, seed: int = 0) -> tuple[dict[str, Any], ...]:
+    """``count`` consecutive global batches of the run's pair stream for ``setup`` (its method's views, its
+    photometric mode), as NumPy arrays held in memory, so a timed step does not wait for the input pipeline.
+    Cached: building the stream costs seconds, and the checks ask for the same batches again."""
+    return _batches(setup.method, setup.image_size, setup.photometric, setup.batch_size, seed, count)
+
+
+@functools.lru_cache(maxsize=64)
+def _batches(method: str, image_size: int, photometric: str, batch_size: int, seed: int, count: int) -> tuple:
+    cfg = Setup(method, image_size=image_size, photometric=photometric, batch_size=batch_size).config()
+    views = METHODS.get(method, AugSelfModel).view_plan(cfg.model.method_options)
+    ds = make_pair_dataset(_source(cfg.split), cfg.augment, seed=seed, batch_size=batch_size, cache=True,
+                           photometric=photometric, views=views)
+    it = iter(ds)
+    return tuple(tf.nest.map_structure(lambda t: t.numpy(), next(it)) for _ in range(count))
+
+
 def real_batch(setup: Setup, seed: int = 0) -> dict[str, Any]:
-    """One global batch of the run's pair stream for ``setup`` (its method's views, its photometric mode), as
-    NumPy arrays: held in memory, so a timed step does not wait for the input pipeline."""
-    cfg = setup.config()
-    views = METHODS.get(setup.method, AugSelfModel).view_plan(cfg.model.method_options)
-    ds = make_pair_dataset(_source(cfg.split), cfg.augment, seed=seed, batch_size=setup.batch_size,
-                           num_epochs=1, cache=True, photometric=setup.photometric, views=views)
-    return tf.nest.map_structure(lambda t: t.numpy(), next(iter(ds)))
+    """The first of `real_batches`."""
+    return real_batches(setup, 1, seed)[0]
 
 
 def pipeline(setup: Setup, replicas: int, seed: int = 0) -> tf.data.Dataset:

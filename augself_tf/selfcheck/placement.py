@@ -10,7 +10,7 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from augself_tf.runtime.host_ops import count_by_op, host_memory_ops
-from augself_tf.selfcheck.harness import Setup, Tamper, build, distribute, pipeline, real_batch
+from augself_tf.selfcheck.harness import Builder, Setup, Tamper, build, distribute, pipeline, real_batch
 from augself_tf.selfcheck.verdicts import FAIL, NOT_APPLICABLE, PASS, Check, Report
 from augself_tf.training.distributed_step import make_distributed_step
 
@@ -27,12 +27,12 @@ def accelerators(strategy: tf.distribute.Strategy) -> bool:
     return bool(kinds & {"GPU", "TPU"})
 
 
-def step_graph(strategy: tf.distribute.Strategy, setup: Setup, distributed: bool,
-               tamper: Tamper | None = None) -> tf.compat.v1.GraphDef:
+def step_graph(strategy: tf.distribute.Strategy, setup: Setup, distributed: bool, tamper: Tamper | None = None,
+               builder: Builder = build) -> tf.compat.v1.GraphDef:
     """The graph of the loop's whole step function (every replica's ``train_step`` and the reduction of the logs)
     for ``setup`` under ``strategy``, traced only; ``distributed``: fed the strategy's per-replica batch.
-    ``tamper`` changes the model first (a test forces an op onto the host with it)."""
-    model = build(setup, strategy)
+    ``tamper`` changes the model first (a test forces an op onto the host with it); ``builder`` builds it."""
+    model = builder(setup, strategy)
     if tamper is not None:
         tamper(model)
     step = make_distributed_step(strategy, model, setup.jit_compile)
@@ -57,17 +57,20 @@ def host_ops_check(graph: tf.compat.v1.GraphDef, where: str, name: str = "host-m
                  f"'{first.node.name}'{inside}: {first.reason}", values)
 
 
-def accelerator_step(strategy: tf.distribute.Strategy, setup: Setup, tamper: Tamper | None = None) -> Check:
+def accelerator_step(strategy: tf.distribute.Strategy, setup: Setup, tamper: Tamper | None = None,
+                     builder: Builder = build) -> Check:
     """The accelerator's step, ``--photometric=device`` (``auto`` on an accelerator): the strategy's own on GPUs and
     TPUs; on a machine without them, the step a one-GPU run builds, traced and never run."""
     setup = dataclasses.replace(setup, photometric="device")
     if accelerators(strategy):
         where = f"the step of the {strategy.num_replicas_in_sync} replicas here"
         graph = step_graph(strategy, dataclasses.replace(
-            setup, batch_size=setup.batch_size * strategy.num_replicas_in_sync), distributed=True, tamper=tamper)
+            setup, batch_size=setup.batch_size * strategy.num_replicas_in_sync), distributed=True, tamper=tamper,
+            builder=builder)
     else:
         where = "no GPU here: the step a one-GPU run builds, traced, not run"
-        graph = step_graph(tf.distribute.OneDeviceStrategy(GPU0), setup, distributed=False, tamper=tamper)
+        graph = step_graph(tf.distribute.OneDeviceStrategy(GPU0), setup, distributed=False, tamper=tamper,
+                           builder=builder)
     return host_ops_check(graph, where)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
@@ -73,13 +74,17 @@ class Report:
 
     def guarded(self, section: str, name: str, run: Callable[[], Check | list[Check]]) -> list[Check]:
         """Runs one check; an exception becomes its failed line (the other checks still run)."""
+        t0 = time.perf_counter()
         try:
             found = run()
         except Exception as err:  # a crash is the finding: report it and go on with the other checks
             from augself_tf.selfcheck.harness import first_line
 
             found = Check(section, name, FAIL, f"raised {first_line(err)}", {"error": first_line(err, 2000)})
-        return [self.add(c) for c in (found if isinstance(found, list) else [found])]
+        found = found if isinstance(found, list) else [found]
+        for check in found:
+            check.values.setdefault("seconds", round(time.perf_counter() - t0, 1))  # where a slow check's time went
+        return [self.add(c) for c in found]
 
     def counts(self) -> dict[str, int]:
         """Checks per verdict."""
