@@ -1,7 +1,7 @@
 """Does augself-tf work, and run fast, on this machine? Run this first on new hardware and share the JSON it writes.
 
     augself-selfcheck                       # everything (minutes on GPUs; --paper_size on CPU for ResNet-50)
-    augself-selfcheck --quick               # about a minute: two methods, the default size only
+    augself-selfcheck --quick               # the short form: two methods, the default size only
     augself-selfcheck --quick --cpu_replicas=2   # the multi-replica path on a CPU-only machine
 
 The same program is `python -m augself_tf.selfcheck`. One line per check, in four sections: environment
@@ -34,8 +34,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROGRAM, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="about a minute: simsiam and moco, short timings, the "
-                   "default size only")
+    p.add_argument("--quick", action="store_true", help="the short form: simsiam and moco (XLA and timings of "
+                   "simsiam only), short timings, the default size only")
     p.add_argument("--cpu_replicas", type=int, default=1, help="split the CPU into N logical devices (the "
                    "multi-replica path without GPUs); ignored when GPUs are visible")
     p.add_argument("--strategy", default="auto", choices=("auto", "one_device", "mirrored", "tpu"),
