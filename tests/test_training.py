@@ -113,36 +113,53 @@ def test_nan_between_log_steps_is_caught_before_the_next_save_and_names_its_step
 
 
 @pytest.mark.slow
-def test_loop_fetches_logs_only_at_log_steps(tmp_path, monkeypatch):
-    """A host read of the loss every step would stall a GPU's queue: values are read every log_every steps."""
-    from augself_tf.training import loop
-
-    reads: list[int] = []
-
-    class Counted:
-        def __init__(self, value):
-            self.value = value
-
-        def __float__(self):
-            reads.append(len(calls))
-            return float(self.value)
+@pytest.mark.parametrize(("k", "sizes"), [(1, [1] * 6), (3, [1, 2, 3])], ids=["K=1", "K=3"])
+def test_loop_fetches_logs_only_at_log_steps(tmp_path, monkeypatch, k, sizes):
+    """A host read of the logs after every call would stall a GPU's queue: each call's packed logs are copied to
+    the host once, and only by the calls that end on a log step. With K = 3 (log and checkpoint every 3 steps)
+    the calls are the process's first step, then 2 steps up to the log point, then 3."""
+    from augself_tf.training import distributed_step
 
     calls: list[int] = []
-    real = loop.make_distributed_step
+    fetched_after: list[int] = []
+    real_call, real_fetch = distributed_step.DistributedSteps.__call__, distributed_step.StepLogs._fetch
 
-    def counting(*args, **kwargs):
-        step = real(*args, **kwargs)
+    def counting_call(self, iterator, steps, peek=None):
+        logs, ran = real_call(self, iterator, steps, peek)
+        calls.append(ran)
+        return logs, ran
 
-        def wrapped(batch):
-            calls.append(1)
-            return {k: Counted(v) for k, v in step(batch).items()}
+    def counting_fetch(self):
+        if self._values is None:  # a device-to-host copy (later reads are the host's own dict)
+            fetched_after.append(sum(calls))
+        return real_fetch(self)
 
-        return wrapped
+    monkeypatch.setattr(distributed_step.DistributedSteps, "__call__", counting_call)
+    monkeypatch.setattr(distributed_step.StepLogs, "_fetch", counting_fetch)
+    result = train(tiny_run(str(tmp_path / "run"), log_every=3, export=False, steps_per_execution=k))
+    assert calls == sizes and fetched_after == [3, 6]
+    assert np.isfinite(result.last_logs["loss/total"]) and "stop_requested" not in result.last_logs
 
-    monkeypatch.setattr(loop, "make_distributed_step", counting)
-    result = train(tiny_run(str(tmp_path / "run"), log_every=3, export=False))
-    assert len(calls) == 6 and sorted(set(reads)) == [3, 6]
-    assert np.isfinite(result.last_logs["loss/total"])
+
+@pytest.mark.slow  # three trainings (two minutes on a loaded 2-core machine)
+def test_steps_per_execution_stop_and_resume_equals_one_step_per_call(tmp_path):
+    """K = 4 stopped after a call (at the checkpoint of step 3) and resumed with K = 4 ends where K = 1 ends; the
+    resumed process runs its first step alone, then calls up to the end."""
+    full = train(tiny_run(str(tmp_path / "full"), export=False))
+
+    def interrupt(step):
+        if step == 3:
+            raise _InterruptError
+
+    with pytest.raises(_InterruptError):
+        train(tiny_run(str(tmp_path / "resumed"), on_step=interrupt, export=False, steps_per_execution=4))
+    resumed = train(tiny_run(str(tmp_path / "resumed"), export=False, steps_per_execution=4))
+    assert resumed.steps == 6
+    a, b = _checkpoint_values(full.checkpoint_dir), _checkpoint_values(resumed.checkpoint_dir)
+    assert a.keys() == b.keys()
+    for key in a:
+        if np.asarray(a[key]).dtype.kind in "fiu":
+            np.testing.assert_allclose(a[key], b[key], rtol=1e-6, atol=1e-6, err_msg=key)
 
 
 BAD_INPUTS = [

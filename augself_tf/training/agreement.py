@@ -6,12 +6,13 @@ that signals one node (or the nodes at different moments) hung the whole job wit
 that restored different checkpoints trained different weights until one ran out of steps and the rest hung.
 
 *The stop step.* Each worker's signal handler only records the signal (:class:`StopSignals`). Before every
-step the loop copies it into a per-worker variable that the replica function returns as one more entry of the
-step's outputs (:data:`STOP_KEY`), averaged across every replica of every worker together with the losses: no
-collective of its own. The average is above zero on every worker at the same step as soon as any worker was
-signalled, so all of them see the request at the same step, save it (a collective) and exit. The loop reads the
-entry one step late (the previous step's output, while the next step is already queued) rather than waiting
-for the step it just dispatched. One worker, one process: the loop reads its own flag as before, unchanged.
+call of the step (``--steps_per_execution`` steps, one by default) the loop copies it into a per-worker variable
+that the replica function returns as one more entry of its packed logs (:data:`STOP_KEY`), averaged across every
+replica of every worker together with the losses: no collective of its own. The average is above zero on every
+worker after the same call as soon as any worker was signalled, so all of them see the request at the same
+step, save it (a collective) and exit. The loop reads the entry one call late (the previous call's output, while
+the next call is already queued) rather than waiting for the call it just dispatched. One worker, one process:
+the loop reads its own flag after every call.
 
 *The resume.* Each worker picks the newest intact checkpoint of the chief's folder as it reads it; the steps
 chosen are gathered across workers (one collective, before training) and a disagreement stops every worker
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import re
 import signal
+from typing import Protocol
 
 import tensorflow as tf
 
@@ -41,12 +43,21 @@ def worker_count(strategy: tf.distribute.Strategy) -> int:
     return max(1, strategy.num_replicas_in_sync // local)
 
 
+class CallLogs(Protocol):
+    """What the loop gets from a call of the distributed step
+    (:class:`~augself_tf.training.distributed_step.StepLogs`)."""
+
+    def stop_vote(self) -> float:
+        """The call's :data:`STOP_KEY` entry: the mean over every replica of every worker of its vote."""
+        ...
+
+
 class StopAgreement:
     """Turns one worker's recorded signal into a stop at the same step on every worker.
 
     With one worker, :meth:`stop_signal` returns the handler's own signal (the loop behaves as it always
     did) and :attr:`request` is None. With several, :attr:`request` is the variable the distributed step reads
-    (:func:`augself_tf.training.distributed_step.make_distributed_step`), :meth:`arm` sets it before each step and
+    (:class:`augself_tf.training.distributed_step.DistributedSteps`), :meth:`arm` sets it before each call and
     :meth:`stop_signal` decodes the agreed request from the step outputs.
     """
 
@@ -58,7 +69,7 @@ class StopAgreement:
         self.request = tf.Variable(0, dtype=tf.int32, trainable=False, name="stop_request") \
             if self.workers > 1 else None
         self._armed = False
-        self._previous: tf.Tensor | None = None
+        self._previous: CallLogs | None = None
 
     def arm(self) -> None:
         """Copies the local signal into :attr:`request` (once: one host-to-device write per run)."""
@@ -66,16 +77,17 @@ class StopAgreement:
             self.request.assign(1)
             self._armed = True
 
-    def stop_signal(self, logs: dict) -> int | None:
-        """The signal to stop on after the step that returned ``logs`` (whose stop entry it removes), or None.
+    def stop_signal(self, logs: CallLogs) -> int | None:
+        """The signal to stop on after the call that returned ``logs``, or None.
 
-        Several workers: the request of the PREVIOUS step's output, reduced across all of them, so the same on
-        every worker; a worker that was not signalled itself reports :data:`PEER_SIGNAL`.
+        Several workers: the request of the PREVIOUS call's output (its last step's vote), reduced across all
+        of them, so the same on every worker; a worker that was not signalled itself reports
+        :data:`PEER_SIGNAL`.
         """
         if self.request is None:
             return self._stop.signum
-        current, self._previous = self._previous, logs.pop(STOP_KEY)
-        if current is None or float(current) <= 0:
+        current, self._previous = self._previous, logs
+        if current is None or current.stop_vote() <= 0:
             return None
         return self._stop.signum if self._stop.signum is not None else PEER_SIGNAL
 

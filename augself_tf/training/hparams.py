@@ -17,7 +17,7 @@ from augself_tf.training.train_config import TrainConfig, flag_values_of
 # Settings that say where and how often, not what is trained: left out of the table.
 BOOKKEEPING = frozenset({
     "model_dir", "data_dir", "log_every", "checkpoint_every", "keep_checkpoints", "cache_source", "export",
-    "max_steps",
+    "max_steps", "steps_per_execution",
 })
 
 HParamValue = bool | int | float | str

@@ -36,7 +36,7 @@ from augself_tf.training.checkpoints import (
     restore,
     training_state,
 )
-from augself_tf.training.distributed_step import make_distributed_step
+from augself_tf.training.distributed_step import DistributedSteps, steps_in_call
 from augself_tf.training.health import NonFiniteLossError, advice, make_state_check
 from augself_tf.training.hparams import write_run_hparams
 from augself_tf.training.monitors import build_monitors, plan_monitors
@@ -267,7 +267,7 @@ def _train(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> T
 
     nonfinite_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_step")
     stops = StopAgreement(strategy, stop)  # several workers stop at one agreed step
-    step_fn = make_distributed_step(strategy, model, cfg.jit_compile, nonfinite_step, stops.request)
+    run_steps = DistributedSteps(strategy, model, cfg.jit_compile, nonfinite_step, stops.request)
     bad_variable = make_state_check(state)
     what_to_do = advice(cfg.lr, cfg.batch_size, cfg.model.augself_weight,
                         {t.name: t.weight for t in cfg.model.augself})
@@ -310,19 +310,22 @@ def _train(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> T
     last_logs: dict = {}
     t0, pairs_since = time.perf_counter(), 0
     every = cfg.checkpoint_every or steps_per_epoch
+    # A call stops short of the next log, save, monitor or epoch point: cadences stay exact whatever K.
+    cadences = (cfg.log_every, every, monitor_every if monitors is not None else 0, steps_per_epoch)
     while step < total_steps:
-        batch = next(iterator)
-        if step == 0 and chief:
-            first = strategy.experimental_local_results(batch)[0]
-            summaries.write_views(writer, finish_views(first, cfg.augment), step)  # the views the model sees
+        peek = None
+        if step == 0 and chief:  # the views the model sees, from the first batch (taken by the host)
+            peek = lambda batch: summaries.write_views(  # noqa: E731
+                writer, finish_views(strategy.experimental_local_results(batch)[0], cfg.augment), 0)
         stops.arm()
-        logs = step_fn(batch)  # dispatched; nothing below waits for it except at log and save steps
-        signum = stops.stop_signal(logs)  # several workers: the previous step's agreed request
-        step += 1
-        pairs_since += cfg.batch_size
+        # Dispatched; nothing below waits for it except at log and save points.
+        logs, ran = run_steps(iterator, steps_in_call(step, cfg.steps_per_execution, total_steps, cadences), peek)
+        signum = stops.stop_signal(logs)  # several workers: the previous call's agreed request
+        step += ran
+        pairs_since += cfg.batch_size * ran
         if step % cfg.log_every == 0 or step == total_steps:
             check_finite(step)
-            last_logs = {k: float(v) for k, v in logs.items()}
+            last_logs = logs.fetch()  # one copy of the call's packed logs
             dt = time.perf_counter() - t0
             last_logs["pairs_per_sec"] = pairs_since / max(dt, 1e-9)
             summaries.write_scalars(writer, last_logs, step)

@@ -67,6 +67,10 @@ class TrainConfig:
                                minimum=1)
     mixed_precision: str | None = option(None, "Mixed-precision compute dtype.", choices=("float16", "bfloat16"))
     jit_compile: bool = option(False, "XLA-compile the training step.")
+    steps_per_execution: int = option(
+        1, "Training steps per tf.function call (Keras' name): the host dispatches, and reduces and reads the "
+           "logs, once per call. A call stops short of the next log, checkpoint, monitor or epoch point, so every "
+           "cadence stays exact; a stop signal is acted on after the call under way.", minimum=1)
     deterministic: bool = option(False, "Bit-identical reruns and resumes: op determinism, and on CPU one thread "
                                          "per op (several times slower; see docs/distributed.md).")
     photometric: str = option("auto", "Where the photometric augmentations run: 'host' in tf.data, 'device' "
@@ -96,7 +100,7 @@ class TrainConfig:
     monitor_temperature: float = option(DEFAULT_TEMPERATURE,
                                          "Temperature of the kNN monitors' vote weights exp(cosine / T).")
     verbose: int = 1
-    on_step: Callable[[int], None] | None = None  # called after each step (tests use it to interrupt)
+    on_step: Callable[[int], None] | None = None  # called after each call with its last step (tests interrupt)
 
     def resolved_model_dir(self) -> str:
         """``model_dir``, or runs/<method>[_augself_<augs>][_condition_<descriptors>[_<kind>][_relative]
