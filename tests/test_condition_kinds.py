@@ -14,7 +14,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import mirrored_cpus
+from conftest import each_method, mirrored_cpus
 from helpers import batch, compile_model, replica_values, run_steps, tiny_run
 from test_conditioning import CASSLE, build, conditioned_batch, head
 
@@ -150,7 +150,7 @@ def test_each_kind_is_the_references_forward_pass(kind, head_layers, last_bn):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("method", ["simsiam", "moco", "byol", "supervised"])
+@pytest.mark.parametrize("method", each_method(["simsiam", "moco", "byol", "supervised"]))
 def test_every_kind_conditions_each_method_and_trains_its_omega_mlp(method, kind):
     model = build(method, condition=CASSLE, condition_width=4, condition_depth=2, condition_kind=kind)
     conditioned = head(model)
@@ -280,7 +280,7 @@ def test_relative_descriptors_are_the_references_extract_diff():
         conditioning.describe(w1, config)
 
 
-@pytest.mark.parametrize("method", ["simsiam", "moco", "byol"])
+@pytest.mark.parametrize("method", each_method(["simsiam", "moco", "byol"]))
 def test_relative_descriptors_reach_every_branch_with_the_other_view(method, monkeypatch):
     """Every description a method asks for (online views, momentum targets) is of one view relative to the other."""
     model = build(method, condition=("crop", "flip"), condition_width=4, condition_depth=2,
