@@ -139,6 +139,15 @@ def replica_values(var) -> list[np.ndarray]:
     return [np.asarray(v) for v in getattr(tf_var, "values", [tf_var])]
 
 
+
+def assert_replicas_equal_one_device(single, double, one: dict, two: dict) -> None:
+    """A 2-replica run (`double`, its logs `two`) matches the one-device run of the same batch (`single`, `one`):
+    the method's loss, and every replica's copy of every weight, to round-off."""
+    np.testing.assert_allclose(two["loss/method"], one["loss/method"], rtol=1e-5)
+    for a, w in zip(single.weights, double.weights, strict=True):
+        for value in replica_values(w):
+            np.testing.assert_allclose(a.numpy(), value, rtol=1e-4, atol=1e-5, err_msg=a.path)
+
 def unit(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """`x` scaled to unit ℓ2 norm along `axis`."""
     return x / np.linalg.norm(x, axis=axis, keepdims=True)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import each_method, mirrored_cpus
-from helpers import batch, compile_model, replica_values, run_steps, tiny_run
+from helpers import assert_replicas_equal_one_device, batch, compile_model, run_steps, tiny_run
 from test_conditioning import CASSLE, build, conditioned_batch, head
 
 from augself_tf.augment import AugmentConfig
@@ -320,10 +320,7 @@ def test_two_replicas_equal_one_device_with_a_hypernetwork_and_a_conditioned_pre
         double = build("simsiam", **common)
     compile_model(double, strategy)
     two = run_steps(double, [b], strategy)[0]
-    np.testing.assert_allclose(two["loss/method"], one["loss/method"], rtol=1e-5)
-    for a, w in zip(single.weights, double.weights, strict=True):
-        for value in replica_values(w):
-            np.testing.assert_allclose(a.numpy(), value, rtol=1e-4, atol=1e-5, err_msg=a.path)
+    assert_replicas_equal_one_device(single, double, one, two)
 
 
 @pytest.mark.slow

@@ -26,9 +26,9 @@ import fnmatch
 import functools
 import os
 import re
-import subprocess
 
 import pytest
+from repo_files import repo_files
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = ["README.md"] + sorted(os.path.join("docs", n) for n in os.listdir(os.path.join(REPO, "docs"))
@@ -57,13 +57,7 @@ def top_folders() -> frozenset[str]:
 @functools.cache
 def repo_paths() -> frozenset[str]:
     """Every file of the checkout (tracked or not ignored) and every folder above one, '/'-separated."""
-    try:
-        out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                             capture_output=True, text=True, check=True).stdout.split("\n")
-        files = [f for f in out if f and os.path.exists(os.path.join(REPO, f))]
-    except (OSError, subprocess.CalledProcessError):  # no git: walk the tree
-        files = [os.path.relpath(os.path.join(d, f), REPO).replace(os.sep, "/") for d, dirs, fs in os.walk(REPO)
-                 for f in fs if not any(p in d for p in (".git", "__pycache__", os.sep + "runs"))]
+    files = repo_files()
     paths = set(files)
     for f in files:
         parts = f.split("/")

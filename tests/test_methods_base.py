@@ -11,7 +11,17 @@ import pytest
 import tensorflow as tf
 from absl import flags
 from conftest import mirrored_cpus
-from helpers import batch, compile_model, make_model, omega, replica_values, run_steps, tiny_backbone, unit
+from helpers import (
+    assert_replicas_equal_one_device,
+    batch,
+    compile_model,
+    make_model,
+    omega,
+    replica_values,
+    run_steps,
+    tiny_backbone,
+    unit,
+)
 
 from augself_tf.flag_fields import option
 from augself_tf.methods import METHODS, build_method, define_method_flags, method_options_from_flags
@@ -273,7 +283,4 @@ def test_two_replicas_equal_one_device_on_the_same_global_batch(method, reductio
         double = make_model(method, sync=True, image_size=size, **options)
     compile_model(double, strategy)
     two = run_steps(double, [b], strategy)[0]
-    np.testing.assert_allclose(two["loss/method"], one["loss/method"], rtol=1e-5)
-    for a, w in zip(single.weights, double.weights, strict=True):
-        for value in replica_values(w):
-            np.testing.assert_allclose(a.numpy(), value, rtol=1e-4, atol=1e-5, err_msg=a.path)
+    assert_replicas_equal_one_device(single, double, one, two)

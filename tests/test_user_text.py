@@ -25,9 +25,9 @@ import functools
 import io
 import os
 import re
-import subprocess
 
 import pytest
+from repo_files import repo_files
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A tracker reference: "issue 29", "Issue #29", "issues 20 and 33", "issue-29" (an anchor), "issue_29"; and a
@@ -37,19 +37,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRACKER = re.compile(r"\bissues?[\s_-]+#?\d+|(?:^|(?<=[\s(\[]))#\d{1,5}(?![\w-])", re.IGNORECASE | re.MULTILINE)
 TEXT_EXTENSIONS = (".py", ".md", ".cfg", ".json", ".toml", ".txt", ".csv", ".sh", ".yml", ".yaml", ".ini", ".tex")
 REPRODUCE_SCRIPTS = ("reproduce_small", "sweep", "probe_vs_head", "plot_monitors")
-
-
-@functools.cache
-def repo_files() -> tuple[str, ...]:
-    """Every file of the checkout (tracked, or untracked and not ignored), '/'-separated, sorted."""
-    try:
-        out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                             capture_output=True, text=True, check=True).stdout.split("\n")
-        files = [f for f in out if f and os.path.isfile(os.path.join(REPO, f))]
-    except (OSError, subprocess.CalledProcessError):  # no git: walk the tree
-        files = [os.path.relpath(os.path.join(d, f), REPO).replace(os.sep, "/") for d, dirs, fs in os.walk(REPO)
-                 for f in fs if not any(p in d for p in (".git", "__pycache__", os.sep + "runs", os.sep + "build"))]
-    return tuple(sorted(files))
 
 
 def tracker_references(text: str, where: str) -> list[str]:
