@@ -21,6 +21,8 @@ from collections.abc import Sequence
 FOLDER_DATASETS = ("tiny-imagenet-mini", "cifar10-mini", "flowers17")
 DATA_NAMES = {"tiny": "tiny-imagenet-mini", "shapes": "shapes"}
 DEFAULT_SET = "crop,color"
+# The augmentation-aware objectives' switches: an arm that sets one is named after it (``tiny-simclr-equimod-s0``).
+OBJECTIVE_WEIGHT_FLAGS = ("equimod_weight", "essl_weight", "stl_weight")
 
 
 def dataset_spec(name: str, data_dir: str) -> str:
@@ -96,13 +98,18 @@ class Arm:
     @property
     def variant(self) -> str:
         """``base``, ``augself``, ``cond``, ``augself+cond`` (with the set when it is not crop,color); for LooC
-        its left-out set (``color_rotation``), with ``+augself`` when AugSelf is on too."""
+        its left-out set (``color_rotation``), with ``+augself`` when AugSelf is on too; then the condition kind
+        when set (``cond+hypernet``) and each augmentation-aware objective switched on (``equimod``)."""
         parts = []
         if self.method == "looc":
             parts.append(dict(self.train_flags).get("looc_augmentations", "default").replace(",", "_"))
         for label, value in (("augself", self.augself), ("cond", self.condition)):
             if value != "none":
                 parts.append(label if value == DEFAULT_SET else f"{label}_{value.replace(',', '_')}")
+        flags = dict(self.train_flags)
+        if "condition_kind" in flags:
+            parts.append(flags["condition_kind"])
+        parts += [flag.removesuffix("_weight") for flag in OBJECTIVE_WEIGHT_FLAGS if flag in flags]
         return "+".join(parts) or "base"
 
     @property

@@ -30,9 +30,14 @@ def head_predictions(checkpoint: str, name: str, pairs: np.ndarray) -> np.ndarra
 
     from augself_tf.training.checkpoints import saved_name
 
+    # Where the heads sit: under the AugSelf objective, or (checkpoints written before the objectives had one home)
+    # under the model's augself_heads.
+    keys = {k for k, _ in tf.train.list_variables(checkpoint)}
+    owners = (f"model/objectives/augself/augself_{name}", f"model/augself_heads/{name}/augself_{name}")
+    owner = next((o for o in owners if saved_name(f"{o}/augself_{name}_fc1/kernel") in keys), owners[0])
+
     def var(layer: str, v: str) -> np.ndarray:
-        return tf.train.load_variable(checkpoint, saved_name(f"model/augself_heads/{name}/augself_{name}/"
-                                                             f"augself_{name}_{layer}/{v}"))
+        return tf.train.load_variable(checkpoint, saved_name(f"{owner}/augself_{name}_{layer}/{v}"))
 
     z = pairs.astype(np.float64)
     for i in (1, 2):

@@ -38,7 +38,7 @@ def test_every_variable_and_every_momentum_buffer_has_a_key(method):
     assert len(saved) == len(state)  # one key per variable
     # The AugSelf heads' BN statistics, and for MoCo the queue and the key encoder, are among them.
     keys = list(state)
-    assert any(k.startswith("model/augself_heads/crop/") and k.endswith("moving_variance") for k in keys)
+    assert any(k.startswith("model/objectives/augself/augself_crop/") and k.endswith("moving_variance") for k in keys)
     assert "optimizer/torch_sgd/iteration" in keys
     momentum = [k for k in keys if k.startswith("optimizer/momentum/")]
     assert len(momentum) == len(model.optimized_variables())

@@ -19,15 +19,15 @@ from helpers import assert_replicas_equal_one_device, batch, compile_model, run_
 from test_conditioning import CASSLE, build, conditioned_batch, head
 
 from augself_tf.augment import AugmentConfig
-from augself_tf.methods.conditioning import (
+from augself_tf.methods.model_config import ModelConfig
+from augself_tf.models.resnet import mlp
+from augself_tf.models.torch_init import Linear
+from augself_tf.objectives.conditioning import (
     CONDITION_KINDS,
     ConditionedHead,
     Conditioning,
     condition_head,
 )
-from augself_tf.methods.model_config import ModelConfig
-from augself_tf.models.resnet import mlp
-from augself_tf.models.torch_init import Linear
 from augself_tf.training.loop import train
 
 KINDS = ["concat", "add", "mul", "hypernet"]

@@ -20,7 +20,7 @@ from augself_tf.augment import AugmentConfig, augment_view, finish_views, regist
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source
 from augself_tf.methods import build_method
-from augself_tf.methods.conditioning import DEFAULT_DEPTH, DEFAULT_WIDTH, ConditionedHead, Conditioning
+from augself_tf.objectives.conditioning import DEFAULT_DEPTH, DEFAULT_WIDTH, ConditionedHead, Conditioning
 from augself_tf.training.loop import train
 
 METHODS = ["simsiam", "moco", "byol", "simclr", "swav", "supervised"]

@@ -70,7 +70,7 @@ def test_augself_loss_matches_numpy_both_orders():
     f2 = rng.normal(size=[B, model.feature_dim]).astype("float32")
     o1, o2 = omega(rng, B), omega(rng, B)
     o1["flip"][:3] = 1.0  # some pairs with view 1 flipped
-    total, logs = model.augself_loss(tf.constant(f1), tf.constant(f2), o1, o2, training=False)
+    total, logs = model.objectives["augself"].task_losses(tf.constant(f1), tf.constant(f2), o1, o2, training=False)
     pairs = np.concatenate([np.concatenate([f1, f2], 1), np.concatenate([f2, f1], 1)], 0)
     t12, t21 = _np_targets(o1, o2), _np_targets(o2, o1)
     expected = 0.0

@@ -1,9 +1,12 @@
 """Pretraining methods: one short file per method over `AugSelfModel`, and one line per method in `METHODS`.
 
-Each method declares its options once, as `option` fields of its ``Options`` dataclass. train_main has one
-flag per option name: methods that share a name (``--temperature`` of MoCo, SimCLR and SwAV) share the flag,
-so they must declare it with one type and one help line (`METHODS` refuses a method that does not), and the
-flag's help lists each method's default. How to add a method: docs/architecture.md, "Adding a method".
+Each method declares its options once, as `option` fields of its ``Options`` dataclass; so does each
+augmentation-aware objective (`augself_tf.objectives.OBJECTIVES`). train_main has one flag per option name:
+methods that share a name (``--temperature`` of MoCo, SimCLR and SwAV) share the flag, so they must declare it
+with one type and one help line (`METHODS` refuses a method that does not), and the flag's help lists each
+method's default. The options travel together as the run's ``method_options`` (run.json records them; a resume
+checks them). How to add a method: docs/architecture.md, "Adding a method"; an objective: "Adding an
+augmentation-aware objective".
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from augself_tf.augment.views import ViewPlan
 from augself_tf.flag_fields import define_flag, flag_fields, flag_kind, help_text
 from augself_tf.methods.augself_model import AugSelfModel, PretrainData
 from augself_tf.methods.byol import BYOL
@@ -20,6 +24,7 @@ from augself_tf.methods.simclr import SimCLR
 from augself_tf.methods.simsiam import SimSiam
 from augself_tf.methods.supervised import Supervised
 from augself_tf.methods.swav import SwAV
+from augself_tf.objectives import OBJECTIVES, enabled_objectives, extend_views
 from augself_tf.registries import Registry
 
 
@@ -38,7 +43,7 @@ class MethodOption:
         return f"{self.help} (default {', '.join(f'{m}: {v}' for m, v in self.defaults.items())})"
 
 
-def _declared(method: str, cls: type[AugSelfModel]) -> dict[str, MethodOption]:
+def _declared(method: str, cls: type) -> dict[str, MethodOption]:
     return {f.name: MethodOption(f.name, flag_kind(cls.Options, f), help_text(f), f.metadata["choices"],
                                  {method: f.default}) for f in flag_fields(cls.Options)}
 
@@ -73,9 +78,10 @@ METHODS: Registry[type[AugSelfModel]] = Registry("method", {
 
 
 def method_options() -> dict[str, MethodOption]:
-    """Every option name of the registered methods (in registration order), with each method's default."""
+    """Every option name of the registered methods and objectives (in registration order), with each declarer's
+    default."""
     merged: dict[str, MethodOption] = {}
-    for method, cls in METHODS.items():
+    for method, cls in [*METHODS.items(), *OBJECTIVES.items()]:
         for name, declared in _declared(method, cls).items():
             known = merged.get(name)
             merged[name] = declared if known is None else dataclasses.replace(
@@ -94,15 +100,38 @@ def method_options_from_flags(flag_values: Any) -> dict[str, Any]:
     return {name: flag_values[name].value for name in method_options()}
 
 
+def _own_options(cls: type, options: dict | None) -> Any:
+    """``cls.Options`` made from the `options` entries it declares (None values and others' entries left out, so
+    the defaults apply)."""
+    fields = {f.name for f in dataclasses.fields(cls.Options)}
+    return cls.Options(**{k: v for k, v in (options or {}).items() if v is not None and k in fields})
+
+
 def build_method(name: str, backbone, *, options: dict | None = None, **common) -> AugSelfModel:
-    """Instantiates method `name` with its ``Options`` made from the `options` entries it declares (None
-    values and other methods' entries are left out, so the defaults apply)."""
+    """Instantiates method `name` with its ``Options``, and every objective the `options` switch on with its own.
+
+    Raises:
+      ValueError: an unknown method, or an objective that does not compose with it (one line).
+    """
     if name not in METHODS:
         raise ValueError(f"unknown method '{name}'; choose from {', '.join(METHODS)}")
     cls = METHODS[name]
-    fields = {f.name for f in dataclasses.fields(cls.Options)}
-    kwargs = {k: v for k, v in (options or {}).items() if v is not None and k in fields}
-    return cls(backbone, options=cls.Options(**kwargs), **common)
+    objectives = tuple(o(_own_options(o, options)) for o in enabled_objectives(options or {}))
+    return cls(backbone, options=_own_options(cls, options), objectives=objectives, **common)
+
+
+def view_plan(method: str, options: dict[str, Any]) -> ViewPlan:
+    """The views of a run: the method's declaration, then the views its objectives add (one declaration the
+    input pipeline, the device stage and ω follow)."""
+    return extend_views(METHODS.get(method, AugSelfModel).view_plan(options), options)
+
+
+def required_steps(method: str, options: dict[str, Any]) -> tuple[str, ...]:
+    """Augmentation steps the method and its objectives need switched on (each at its predicted default)."""
+    steps = list(METHODS.get(method, AugSelfModel).required_steps(options))
+    for objective in enabled_objectives(options):
+        steps += [s for s in objective.required_steps(options) if s not in steps]
+    return tuple(steps)
 
 
 def derived_options(method: str, options: dict[str, Any], data: PretrainData) -> dict[str, Any]:

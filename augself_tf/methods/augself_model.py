@@ -18,11 +18,11 @@ import keras
 import tensorflow as tf
 
 from augself_tf.augment import AugmentConfig, finish_views
-from augself_tf.augment.registry import AUGMENTATIONS
 from augself_tf.augment.views import TWO_VIEWS, ViewPlan
 from augself_tf.flag_fields import flag_fields, help_text
-from augself_tf.losses.augself_heads import batch_r2, ordered_pairs, ordered_targets, tanh_mse
-from augself_tf.methods.conditioning import (
+from augself_tf.objectives.augself import AugSelf
+from augself_tf.objectives.base import Forward, Objective
+from augself_tf.objectives.conditioning import (
     DEFAULT_DEPTH,
     DEFAULT_WIDTH,
     ConditionedHead,
@@ -30,28 +30,8 @@ from augself_tf.methods.conditioning import (
     condition_head,
     head_input,
 )
-from augself_tf.models.resnet import mlp
 
-AUGSELF_HIDDEN = 512
-
-
-@dataclasses.dataclass(frozen=True)
-class Forward:
-    """What `method_forward` computes on one (per-replica) batch.
-
-    Attributes:
-      f1, f2: the features of view 1 and view 2 that the AugSelf heads read.
-      loss: the method's own loss.
-      logs: scalars to log under their names.
-      aux: tensors `post_step` needs (MoCo's keys). They travel here, through the replica's own call,
-        because replicas run concurrently: a per-replica value stored on `self` would be overwritten.
-    """
-
-    f1: tf.Tensor
-    f2: tf.Tensor
-    loss: tf.Tensor
-    logs: dict[str, tf.Tensor] = dataclasses.field(default_factory=dict)
-    aux: dict[str, tf.Tensor] = dataclasses.field(default_factory=dict)
+__all__ = ["AugSelfModel", "Forward", "Losses", "PretrainData"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,11 +75,13 @@ class AugSelfModel(keras.Model):
         ``photometric="device"`` (``finish_views`` runs at the start of every step, per replica), and for the
         descriptors of ``condition``.
       condition: descriptors (keys of ``registry.DESCRIPTORS``) each view's projector is conditioned on
-        (CASSLE, `augself_tf.methods.conditioning`); () = none, the plain method.
+        (CASSLE, `augself_tf.objectives.conditioning`); () = none, the plain method.
       condition_width / condition_depth: the ω-embedding MLP's units per layer and linear layers.
-      condition_kind: how the embedding enters the projector (``methods.conditioning.CONDITION_KINDS``).
+      condition_kind: how the embedding enters the projector (``objectives.conditioning.CONDITION_KINDS``).
       condition_descriptor: ``absolute`` (each view's own descriptors) or ``relative`` (to the other view's).
       condition_predictor: condition the method's predictor too (SimSiam: ``self.conditioned_predictor``).
+      objectives: the run's augmentation-aware objectives besides AugSelf (`augself_tf.objectives.OBJECTIVES`),
+        each added to the loss with its weight; one that does not compose with the method is refused (ValueError).
       options: the method's ``Options`` (default: ``Options()``), kept as ``self.method_options``.
 
     Conditioning: a method wraps the head that reads the features in ``self.conditioned(...)`` (identity when
@@ -183,6 +165,7 @@ class AugSelfModel(keras.Model):
         condition_kind: str = "concat",
         condition_descriptor: str = "absolute",
         condition_predictor: bool = False,
+        objectives: tuple[Objective, ...] = (),
         options: Any = None,
         **kwargs,
     ) -> None:
@@ -191,31 +174,23 @@ class AugSelfModel(keras.Model):
         if not isinstance(self.method_options, self.Options):
             raise TypeError(f"options of {type(self).__name__} must be a {type(self).__name__}.Options, got "
                             f"{type(options).__name__}")
-        unknown = [a for a in augself if a not in AUGMENTATIONS]
-        if unknown:
-            raise ValueError(f"unknown AugSelf augmentation {unknown[0]!r}; choose from {', '.join(AUGMENTATIONS)}")
         self.backbone = backbone
         self.feature_dim = int(backbone.output_shape[-1])
         self.augself = tuple(augself)
         self.augself_weight = float(augself_weight)
         weights = augself if isinstance(augself, Mapping) else dict.fromkeys(augself, augself_weight)
-        if any(not w >= 0 for w in weights.values()):
-            raise ValueError(f"AugSelf task weights must be >= 0, got {dict(weights)}")
-        self.augself_weights = {name: float(w) for name, w in weights.items()}
         self.synchronized_bn = synchronized_bn
         self.augment_config = augment or AugmentConfig()
         self.conditioning = Conditioning.create(condition, condition_width, condition_depth, kind=condition_kind,
                                                 descriptor=condition_descriptor, predictor=condition_predictor)
         self.predictor_conditioned = False  # set by conditioned_predictor; build_all refuses a flag left unused
-        self.augself_heads = {
-            name: mlp(
-                [AUGSELF_HIDDEN, AUGSELF_HIDDEN, AUGMENTATIONS[name].head_dim],
-                synchronized_bn=synchronized_bn,
-                name=f"augself_{name}",
-                dtype="float32",  # under mixed precision the ω regression stays in float32, as its loss
-            )
-            for name in self.augself
-        }
+        # Every added loss, one way in (`augself_tf.objectives`): AugSelf's heads, then the run's other objectives.
+        added = [AugSelf(weights, synchronized_bn=synchronized_bn)] if weights else []
+        for objective in objectives:
+            objective.check_method(self.method_name)
+            added.append(objective)
+        self.objectives = {objective.key: objective for objective in added}
+        self.augself_weights = dict(added[0].task_weights) if weights else {}
 
     # ----------------------------------------------------------------- hooks for methods
     def method_loss(self, f1: tf.Tensor, f2: tf.Tensor, batch: dict, training: bool) -> tuple[tf.Tensor, dict]:
@@ -294,38 +269,19 @@ class AugSelfModel(keras.Model):
         """Size of `head_input`."""
         return self.feature_dim + (0 if self.conditioning is None else self.conditioning.size)
 
-    # ----------------------------------------------------------------- AugSelf
-    def augself_loss(
-        self, f1: tf.Tensor, f2: tf.Tensor, omega1: dict, omega2: dict, training: bool
-    ) -> tuple[tf.Tensor, dict]:
-        """Σ_aug L_aug over both orders: φ([f1,f2]) → ω_diff(1,2) and φ([f2,f1]) → ω_diff(2,1); each L_aug is
-        the mean over the 2B pairs of its registry entry's loss (`augself_tf.losses.augself_heads`), logged as
-        ``augself/<aug>_loss``."""
-        if not self.augself:
-            return tf.constant(0.0), {}
-        pairs = ordered_pairs(f1, f2)
-        total = tf.constant(0.0)
-        logs = {}
-        for name in self.augself:
-            aug = AUGMENTATIONS[name]
-            target = ordered_targets(aug.target, omega1, omega2)
-            pred = tf.cast(self.augself_heads[name](pairs, training=training), tf.float32)
-            loss = tf.reduce_mean(aug.loss(pred, target))
-            total += loss
-            logs[f"augself/{name}_loss"] = loss
-            logs[f"augself/{name}_error"] = tf.reduce_mean(aug.metric(pred, target))
-            if aug.loss is tanh_mse:  # its error means little alone: a random head's step-0 error is far above
-                logs[f"augself/{name}_r2"] = batch_r2(tf.tanh(pred), target)  # the target's own variance
-        return total, logs
+    @property
+    def augself_heads(self) -> dict[str, keras.layers.Layer]:
+        """AugSelf's head φ_aug of every predicted augmentation (empty when AugSelf is off)."""
+        return self.objectives["augself"].heads if "augself" in self.objectives else {}
 
     # ----------------------------------------------------------------- assembly
     def build_all(self, image_size: int) -> None:
-        """Creates every variable (backbone, method heads, AugSelf heads) before training starts."""
+        """Creates every variable (backbone, method heads, objectives' heads) before training starts."""
         x = tf.zeros([2, image_size, image_size, 3])
         f = self.backbone(x, training=False)
         self.build_heads(self.head_input_dim)
-        for head in self.augself_heads.values():
-            head(tf.zeros([2, 2 * self.feature_dim]), training=False)
+        for objective in self.objectives.values():
+            objective.build_objective(self)
         del f
         if self.conditioning is not None and not any(
                 isinstance(layer, ConditionedHead) for layer in self._flatten_layers(include_self=False)):
@@ -341,13 +297,16 @@ class AugSelfModel(keras.Model):
         """Total loss, a dict of scalar logs and the forward pass, for one (per-replica) batch."""
         batch = finish_views(batch, self.augment_config)
         forward = self.method_forward(batch, training)
-        aug_loss, aug_logs = self.augself_loss(forward.f1, forward.f2, batch["omega1"], batch["omega2"], training)
-        weighted = tf.constant(0.0)
-        for name, weight in self.augself_weights.items():
-            weighted += weight * aug_logs[f"augself/{name}_loss"]
-        total = forward.loss + weighted
-        logs = {"loss/total": total, "loss/method": forward.loss, "loss/augself": aug_loss, **forward.logs,
-                **aug_logs}
+        total = forward.loss
+        logs = {"loss/method": forward.loss, "loss/augself": tf.constant(0.0), **forward.logs}
+        for key, objective in self.objectives.items():
+            loss, objective_logs = objective.objective_loss(self, batch, forward, training)
+            if objective.weight_option:  # AugSelf weighs its own tasks
+                objective_logs = {f"{key}/loss": loss, **objective_logs}
+                loss = objective.weight * loss
+            total += loss
+            logs.update(objective_logs)
+        logs = {"loss/total": total, **logs}
         return Losses(total, logs, forward)
 
     def train_step(self, batch: dict) -> dict:

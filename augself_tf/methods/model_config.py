@@ -18,7 +18,8 @@ from augself_tf.augment.augment_config import AugmentConfig
 from augself_tf.flag_fields import names_text, option
 from augself_tf.methods import METHODS, build_method
 from augself_tf.methods.augself_model import AugSelfModel
-from augself_tf.methods.conditioning import (
+from augself_tf.models.resnet import BACKBONES, build_backbone
+from augself_tf.objectives.conditioning import (
     CONDITION_KINDS,
     DEFAULT_DEPTH,
     DEFAULT_WIDTH,
@@ -26,7 +27,6 @@ from augself_tf.methods.conditioning import (
     Conditioning,
     kinds_help,
 )
-from augself_tf.models.resnet import BACKBONES, build_backbone
 
 
 class AugSelfTask(NamedTuple):

@@ -17,8 +17,8 @@ import keras
 import tensorflow as tf
 
 from augself_tf.methods.augself_model import AugSelfModel, Forward
-from augself_tf.methods.conditioning import Conditioning, condition_head, head_input
 from augself_tf.models.resnet import mlp
+from augself_tf.objectives.conditioning import Conditioning, condition_head, head_input
 
 
 class MomentumEncoder(keras.layers.Layer):

@@ -4,7 +4,7 @@ Keras' own tracking keys a functional model's weights by layer POSITION (``backb
 an optimizer's slots by their index in the variable list, so adding a weightless layer, reordering the heads
 or adding a part silently restores values into the wrong variables wherever shapes match. Here every
 variable is keyed by the model attribute that owns it and its Keras path (``model/backbone/stem_conv/kernel``,
-``model/augself_heads/crop/augself_crop_fc1/kernel``), and every momentum buffer by the key of the variable
+``model/objectives/augself/augself_crop/augself_crop_fc1/kernel``), and every momentum buffer by the key of the variable
 it belongs to (``optimizer/momentum/model/backbone/stem_conv/kernel``). ``run.json`` beside the checkpoints
 holds the settings that define the model; resuming with other values stops with one line naming them.
 """

@@ -19,7 +19,7 @@ from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source, pair_records, source_info
 from augself_tf.export.saved_model import export_backbone
 from augself_tf.image_statistics import IMAGENET_MEAN, IMAGENET_STD
-from augself_tf.methods import METHODS, derived_options
+from augself_tf.methods import METHODS, derived_options, view_plan
 from augself_tf.methods.augself_model import AugSelfModel, PretrainData
 from augself_tf.progress import Progress
 from augself_tf.runtime.determinism import make_deterministic
@@ -90,7 +90,7 @@ def distributed_pairs(
             views=views,
         )
 
-    views = METHODS.get(cfg.model.method, AugSelfModel).view_plan(cfg.model.method_options)  # the method's declaration
+    views = view_plan(cfg.model.method, cfg.model.method_options)  # the method's and its objectives' declaration
     return strategy.distribute_datasets_from_function(dataset_fn)
 
 

@@ -25,7 +25,7 @@ from augself_tf.flag_fields import (
     option,
     values_from_flags,
 )
-from augself_tf.methods import METHODS, define_method_flags, method_options_from_flags
+from augself_tf.methods import define_method_flags, method_options_from_flags, required_steps
 from augself_tf.methods.model_config import ModelConfig
 from augself_tf.runtime.strategy import STRATEGIES
 from augself_tf.training.knn import DEFAULT_K, DEFAULT_TEMPERATURE
@@ -143,7 +143,7 @@ def config_from_flags(flag_values: Any) -> TrainConfig:
     model = ModelConfig(**values_from_flags("", ModelConfig, flag_values),
                         method_options=method_options_from_flags(flag_values))
     # A step AugSelf predicts or the method needs (LooC's left-out augmentations) gets its predicted default.
-    wanted = set(model.augself_names) | set(METHODS[model.method].required_steps(model.method_options))
+    wanted = set(model.augself_names) | set(required_steps(model.method, model.method_options))
     probabilities = {
         step.probability.field: step.probability.resolve(flag_values[step.probability.field].value,
                                                          step.name in wanted)
