@@ -1,7 +1,8 @@
 """The step GPUs and TPUs run, reached on logical CPUs: every method without merge_call (as MirroredStrategy runs an
 XLA-compiled replica function on GPUs) equals the merge-call step, the collective all-reduce is what the strategy
 picks by default, every method's replica step compiles to HLO of static shapes, and ``--jit_compile`` on CPU
-replicas is one clear error (XLA has no CPU collectives). docs/distributed.md, "The accelerator path"."""
+replicas compiles the step's clusters around its collectives (XLA has no CPU collectives). docs/distributed.md,
+"The accelerator path"."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import each_method, mirrored_cpus
-from helpers import batch, compile_model, make_model, replica_values, run_steps, tiny_run
+from helpers import batch, compile_model, half, make_model, replica_values, run_steps, tiny_run
 
 from augself_tf.augment import AugmentConfig, ops
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import source_info
 from augself_tf.methods import METHODS
-from augself_tf.runtime.strategy import check_compiled_replicas
+from augself_tf.runtime.strategy import CLUSTERS, REPLICA_FUNCTION, compile_clusters, compile_mode
+from augself_tf.training.distributed_step import DistributedSteps
 from augself_tf.training.loop import pair_source, train
 
 #: Per method: options beyond helpers.SMALL (a queue of a few batches; SwAV's prototypes trained from step 1).
@@ -114,9 +116,47 @@ def test_every_methods_replica_step_compiles_to_hlo_of_static_shapes(method):
     assert int(model.optimizer.iterations.numpy()) == 1
 
 
-def test_jit_compile_on_cpu_replicas_is_one_clear_error(tmp_path):
-    check_compiled_replicas(tf.distribute.OneDeviceStrategy("/cpu:0"))  # one device: compiled, as before
-    with pytest.raises(ValueError, match=r"^--jit_compile with 2 replicas needs GPU or TPU replicas: XLA compiles no "
-                                         r"cross-replica all-reduce on CPU devices in TensorFlow 2\.[\d.]+; drop "
-                                         r"--jit_compile or use one device$"):
-        train(tiny_run(str(tmp_path / "run"), cpu_replicas=2, jit_compile=True, export=False))
+def test_jit_compile_on_cpu_replicas_compiles_clusters_and_on_one_device_the_replica_function():
+    assert compile_mode(tf.distribute.OneDeviceStrategy("/cpu:0")) == REPLICA_FUNCTION
+    assert compile_mode(mirrored_cpus()) == CLUSTERS
+    graph = tf.Graph()
+    with graph.as_default(), compile_clusters():
+        x = tf.constant(np.ones([2, 2], np.float32))
+        y = tf.matmul(x, x)
+        reduced = tf.raw_ops.CollectiveReduceV2(input=y, group_size=2, group_key=1, instance_key=1, ordering_token=[],
+                                                merge_op="Add", final_op="Id")
+    assert y.op.get_attr("_XlaCompile") is True  # marked: XLA compiles it
+    assert reduced.op.node_def.attr["_XlaCompile"].b is False  # the collective runs between the clusters
+
+
+def test_a_clustered_step_on_two_cpu_replicas_equals_the_plain_step():
+    """SimCLR (negatives gathered across replicas inside the loss) on 2 replicas: the step traced for XLA clusters
+    gives the plain step's losses and weights to round-off."""
+    b = batch(3)
+    runs = []
+    for mode in (False, CLUSTERS):
+        strategy = mirrored_cpus()
+        with strategy.scope():
+            model = make_model("simclr", sync=True, total_steps=4, steps_per_epoch=2)
+        compile_model(model, strategy, total_steps=4)
+        steps = DistributedSteps(strategy, model, mode)
+        parts = [half(b, i) for i in range(2)]
+        dist = strategy.experimental_distribute_values_from_function(
+            lambda ctx, p=parts: p[ctx.replica_id_in_sync_group])
+        runs.append((steps.first(dist).fetch(), model))
+    (want, reference), (got, model) = runs
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        np.testing.assert_allclose(got[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
+    for a, b_ in zip(reference.weights, model.weights, strict=True):
+        np.testing.assert_allclose(replica_values(b_)[0], replica_values(a)[0], rtol=1e-4, atol=1e-5, err_msg=a.path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", list(METHODS))
+def test_jit_compile_on_two_cpu_replicas_trains_every_method(tmp_path, method):
+    flags = {"method_options": {**{"queue_size": 64, "projector_hidden": 32, "projector_dim": 16},
+                                **OPTIONS.get(method, {})}} if method in ("moco", "looc") else {}
+    result = train(tiny_run(str(tmp_path / "run"), method=method, cpu_replicas=2, jit_compile=True, max_steps=2,
+                            export=False, **flags))
+    assert result.steps == 2 and np.isfinite(result.last_logs["loss/total"])

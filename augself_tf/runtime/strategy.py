@@ -101,24 +101,37 @@ def preferred_mixed_precision() -> str:
     return "bfloat16"
 
 
-def check_compiled_replicas(strategy: tf.distribute.Strategy) -> None:
-    """Refuses ``--jit_compile`` on several replicas that are not all GPUs or TPU cores.
+#: How ``--jit_compile`` compiles the step (:func:`compile_mode`).
+REPLICA_FUNCTION = "replica_function"
+CLUSTERS = "clusters"
+#: Cross-replica ops XLA cannot compile for CPU devices: left outside the step's compiled clusters.
+COLLECTIVE_OPS = frozenset({"CollectiveReduceV2", "CollectiveReduceV3", "CollectiveGatherV2", "CollectiveReduce",
+                            "CollectiveGather", "CollectiveBcastSendV2", "CollectiveBcastRecvV2", "NcclAllReduce",
+                            "CollectiveAllToAllV2", "CollectiveAllToAllV3"})
 
-    The compiled replica function reduces across replicas inside XLA. On GPUs MirroredStrategy runs it without
-    merge_call and XLA compiles its all-reduces (NCCL). On several CPU devices TF 2.21 runs neither form
-    (measured): XLA compiles no collective for CPU devices ("Collectives are not yet implemented for CPU
-    devices when compiling with XLA"), and TF's fallback there, one XLA cluster over every replica, cannot read
-    the variables of the other devices.
 
-    Raises:
-      ValueError: one line saying what to do.
+def compile_mode(strategy: tf.distribute.Strategy) -> str:
+    """How ``--jit_compile`` compiles the step on ``strategy``'s replicas.
+
+    ``REPLICA_FUNCTION`` on one device or on GPU/TPU replicas: the replica function is XLA-compiled whole, its
+    all-reduces inside it (on GPUs MirroredStrategy then runs it without merge_call, through NCCL).
+    ``CLUSTERS`` on several CPU replicas: TF 2.21's XLA compiles no collective for CPU devices ("Collectives are not
+    yet implemented for CPU devices when compiling with XLA", measured), so the step is traced in an XLA jit scope
+    that marks every op but the collectives (:func:`compile_clusters`): XLA compiles the clusters between the
+    cross-replica reductions, which run as TensorFlow ops.
     """
-    devices = strategy.extended.worker_devices
-    kinds = {tf.DeviceSpec.from_string(d).device_type for d in devices}
+    kinds = {tf.DeviceSpec.from_string(d).device_type for d in strategy.extended.worker_devices}
     if strategy.num_replicas_in_sync > 1 and not kinds <= {"GPU", "TPU"}:
-        raise ValueError(f"--jit_compile with {strategy.num_replicas_in_sync} replicas needs GPU or TPU replicas: XLA "
-                         f"compiles no cross-replica all-reduce on {'/'.join(sorted(kinds))} devices in TensorFlow "
-                         f"{tf.__version__}; drop --jit_compile or use one device")
+        return CLUSTERS
+    return REPLICA_FUNCTION
+
+
+def compile_clusters():
+    """The context to trace a replica step in for ``CLUSTERS``: every op XLA can compile, the collectives excepted,
+    is marked for compilation, so TensorFlow compiles the step as clusters around its cross-replica reductions.
+    Scoped to the step (the input pipeline's functions stay as they are, which global auto-clustering would not)."""
+    return tf.xla.experimental.jit_scope(compile_ops=lambda node_def: node_def.op not in COLLECTIVE_OPS,
+                                         separate_compiled_gradients=False)
 
 
 def _tf_config_workers() -> int:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 import keras
 import tensorflow as tf
 
+from augself_tf.runtime.strategy import CLUSTERS, REPLICA_FUNCTION, compile_clusters
 from augself_tf.training.agreement import STOP_KEY, stop_output
 
 #: The extra entries after the logs: the replica's first non-finite step of the call (1-based offset, 0 =
@@ -67,9 +68,11 @@ class StepLogs:
 class DistributedSteps:
     """`model.train_step` on every replica, one or several steps per `tf.function` call, logs reduced once.
 
-    With `jit_compile` the replica function is XLA-compiled, as Keras `fit` compiles it, and the function around
-    `strategy.run` is not: on GPUs MirroredStrategy then runs each replica's compiled step without merge_call,
-    reducing through collectives (docs/distributed.md, "The accelerator path").
+    With `jit_compile` (True or ``REPLICA_FUNCTION``) the replica function is XLA-compiled, as Keras `fit` compiles
+    it, and the function around `strategy.run` is not: on GPUs MirroredStrategy then runs each replica's compiled
+    step without merge_call, reducing through collectives (docs/distributed.md, "The accelerator path"). With
+    ``CLUSTERS`` (several CPU replicas, where XLA has no collectives) the step is traced in
+    :func:`~augself_tf.runtime.strategy.compile_clusters`: XLA compiles it around its cross-replica reductions.
     With `nonfinite_step` (int64, 0 = none yet) a call records, inside the graph, the first step whose loss is
     NaN/Inf, so the loop need not fetch the loss after every call (a fetch stalls an accelerator's queue).
     With `stop_request` (this worker's stop vote, :class:`~augself_tf.training.agreement.StopAgreement`) the
@@ -80,7 +83,7 @@ class DistributedSteps:
         self,
         strategy: tf.distribute.Strategy,
         model: keras.Model,
-        jit_compile: bool = False,
+        jit_compile: bool | str | None = False,
         nonfinite_step: tf.Variable | None = None,
         stop_request: tf.Variable | None = None,
     ) -> None:
@@ -88,7 +91,11 @@ class DistributedSteps:
         self.model = model
         self.nonfinite_step = nonfinite_step
         self.stop_request = stop_request
-        self.train_step = tf.function(model.train_step, jit_compile=True) if jit_compile else model.train_step
+        if jit_compile and jit_compile not in (True, REPLICA_FUNCTION, CLUSTERS):
+            raise ValueError(f"jit_compile must be a bool, {REPLICA_FUNCTION!r} or {CLUSTERS!r}, got {jit_compile!r}")
+        self.clusters = jit_compile == CLUSTERS
+        whole = jit_compile and not self.clusters
+        self.train_step = tf.function(model.train_step, jit_compile=True) if whole else model.train_step
         #: The log names in vector order, recorded when a replica step is traced.
         self.keys: list[str] = []
         self._one = tf.function(self.one_vector)
@@ -98,7 +105,11 @@ class DistributedSteps:
     def replica_step(self, batch: dict, carry: tf.Tensor | None, i: tf.Tensor | int) -> tf.Tensor:
         """One replica's step ``i`` of a call: its logs stacked in key order, then the non-finite entries updated
         from ``carry`` (the previous step's vector of this replica; None for a call's first step)."""
-        logs = self.train_step(batch)
+        if self.clusters:
+            with compile_clusters():
+                logs = self.train_step(batch)
+        else:
+            logs = self.train_step(batch)
         if self.stop_request is not None:
             logs = {**logs, STOP_KEY: stop_output(self.stop_request)}
         keys = sorted(logs)

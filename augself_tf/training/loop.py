@@ -25,7 +25,7 @@ from augself_tf.progress import Progress
 from augself_tf.runtime.determinism import make_deterministic
 from augself_tf.runtime.preemption import Preempted, StopSignals
 from augself_tf.runtime.run_lock import RunLock
-from augself_tf.runtime.strategy import check_compiled_replicas, is_chief, make_strategy
+from augself_tf.runtime.strategy import CLUSTERS, compile_mode, is_chief, make_strategy
 from augself_tf.training import summaries
 from augself_tf.training.agreement import StopAgreement, agree_on_resume
 from augself_tf.training.checkpoint_files import LIMIT, clean_temp, intact_checkpoint, save_verified
@@ -197,8 +197,11 @@ def _train(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> T
     replicas = strategy.num_replicas_in_sync
     if cfg.batch_size % replicas:
         raise ValueError(f"global batch size {cfg.batch_size} is not divisible by the {replicas} replicas")
-    if cfg.jit_compile:
-        check_compiled_replicas(strategy)
+    mode = compile_mode(strategy) if cfg.jit_compile else None
+    if mode == CLUSTERS:
+        _log(cfg, f"--jit_compile on {replicas} CPU replicas: XLA compiles the step's clusters, the cross-replica "
+                  "reductions between them (XLA has no CPU collectives; GPUs and TPUs compile the whole replica "
+                  "function)")
     if cfg.mixed_precision:
         keras.mixed_precision.set_global_policy(f"mixed_{cfg.mixed_precision}")
     chief = is_chief(strategy)
@@ -267,7 +270,7 @@ def _train(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> T
 
     nonfinite_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_step")
     stops = StopAgreement(strategy, stop)  # several workers stop at one agreed step
-    run_steps = DistributedSteps(strategy, model, cfg.jit_compile, nonfinite_step, stops.request)
+    run_steps = DistributedSteps(strategy, model, mode, nonfinite_step, stops.request)
     bad_variable = make_state_check(state)
     what_to_do = advice(cfg.lr, cfg.batch_size, cfg.model.augself_weight,
                         {t.name: t.weight for t in cfg.model.augself})
