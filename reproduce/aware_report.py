@@ -144,11 +144,13 @@ def plot_omega(entries: Sequence[dict], arms: Sequence[Arm], path: str) -> str |
 def timing_note(timings: dict | None, ledger_label: str) -> str:
     """How the s/step column was measured."""
     how = (f"`{COMMAND} --time_steps` times one arm of every row back to back (median of its rounds of steps, in "
-           f"alternating order) into `{ledger_label}timings/{SUITE}.json`, with the ratio to the base row's")
-    if not timings:
-        return f"no row is timed yet ({how}); \"not timed\" rows show their arms' mean training rate in italics."
+           "alternating order), with the ratio to the base row's")
+    if not timings:  # the timings file is cited only once it exists: the docs' path check reads code spans
+        return (f"no row is timed yet ({how}, into {ledger_label}timings/{SUITE}.json); \"not timed\" rows show "
+                "their arms' mean training rate in italics.")
     m = timings["machine"]
-    return (f"{how}: {timings['rounds']} rounds of {timings['steps']} steps on {m['cpu']} with {m['cores']} cores; "
+    return (f"{how}: {timings['rounds']} rounds of {timings['steps']} steps on {m['cpu']} with {m['cores']} cores "
+            f"(`{ledger_label}timings/{SUITE}.json`); "
             "rows marked \"not timed\" show their arms' mean training rate in italics instead (wall time over whole "
             "runs, beside whatever else ran).")
 
