@@ -25,6 +25,15 @@ CASSLE_SET = arm_settings.DEFAULT_SET  # the descriptors CASSLE's projector read
 # EquiMod's: 1). What each flag does: docs/experiments.md ("The augmentation-aware family").
 OBJECTIVE_FLAGS = {"equimod": ("equimod_weight", "1"), "essl": ("essl_weight", "0.4"), "stl": ("stl_weight", "1")}
 SEEDS = (0, 1, 2)
+# The table's columns, (call, protocol), all top-1 or accuracy %: the LooC table's evaluations in one row. The pilot's
+# score (:func:`pilot_score`) is their mean, and the report's columns are these in this order.
+TABLE_COLUMNS = (("in_domain", "linear"), ("in_domain", "colorperm"), ("in_domain", "rotation"),
+                 ("flowers", "linear"), ("flowers", "lowshot_5shot"), ("flowers", "lowshot_10shot"),
+                 ("cifar10", "linear"))
+# N, the images per source image a step's backbone sees, by each objective's design (docs/experiments.md, "The
+# augmentation-aware family"): EquiMod adds the unaugmented view x0; E-SSL one small extra crop in its four
+# rotations; STL pairs images that share a transformation, not extra views of one image.
+VIEWS_PER_IMAGE = {"equimod": "3", "essl": "2 + 4 small", "stl": "2"}
 
 
 def aware_arm(method: str, seed: int, budget: Budget, *, augself: str = "none", condition: str = "none",
@@ -37,6 +46,36 @@ def aware_arm(method: str, seed: int, budget: Budget, *, augself: str = "none", 
 def cassle_flags(kind: str) -> tuple[tuple[str, str], ...]:
     """The train flags of a CASSLE arm with condition kind ``kind``."""
     return (("condition_kind", kind),)
+
+
+def pilot_score(entry: dict) -> float:
+    """A pilot entry's score: the mean of its values in the :data:`TABLE_COLUMNS` (a column it lacks counts as 0,
+    so an entry cannot win by a missing evaluation)."""
+    found = {(r["call"], r["protocol"]): float(r["value"]) for r in entry["records"] if r["value"] is not None}
+    return sum(found.get(c, 0.0) for c in TABLE_COLUMNS) / len(TABLE_COLUMNS)
+
+
+def views_per_image(arm: Arm) -> str:
+    """The table's N of an arm: 2 for the two-view methods, ± AugSelf or CASSLE; each family member's own."""
+    flags = dict(arm.train_flags)
+    return next((VIEWS_PER_IMAGE[n] for n, (flag, _) in OBJECTIVE_FLAGS.items() if flag in flags), "2")
+
+
+def pilot(arms: Iterable[Arm]) -> list[Arm]:
+    """The CASSLE pilot among ``arms``: the seed-0 arms with a condition kind, in :data:`CONDITION_KINDS` order."""
+    return [a for a in arms if a.seed == 0 and "condition_kind" in dict(a.train_flags)]
+
+
+def winner(entries: Iterable[dict], arms: Iterable[Arm]) -> str | None:
+    """The CASSLE pilot's winner among ``arms`` by :func:`pilot_score` (None until every pilot arm has its entry)."""
+    return pilot_winner(entries, pilot(arms), pilot_score)
+
+
+def suite_arms(entries: Iterable[dict], epochs: int | None = None, width: float | None = None) -> list[Arm]:
+    """The suite's arms as the ledger now stands: :func:`aware_arms` with the pilot's winner read from
+    ``entries``."""
+    entries = list(entries)
+    return aware_arms(epochs, width, winner(entries, aware_arms(epochs, width)))
 
 
 def pilot_winner(entries: Iterable[dict], pilot: list[Arm], score) -> str | None:

@@ -16,14 +16,24 @@ import os
 import statistics
 from collections.abc import Sequence
 
-from reproduce import doc_blocks, ledger, seed_cells
+from reproduce import doc_blocks, ledger
 from reproduce.arm_settings import Arm, Budget, step_setting
 from reproduce.looc_arms import PLUS_SUFFIX, SUITE, views_per_image
+from reproduce.report_parts import (
+    NOT_RUN,
+    OMEGA_AUGS,
+    dataset_of,
+    markdown_table,
+    omega_line,
+    ours,
+    plot_heat_map,
+    seconds_per_step,
+    seeds_label,
+)
 from reproduce.wall_table import wall_table
 
 BEGIN, END = "<!-- reproduce_small_looc:begin -->", "<!-- reproduce_small_looc:end -->"
 COMMAND = ledger.COMMAND + " --suite=looc"
-NOT_RUN = "not yet run"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +69,6 @@ PAPER_COLUMNS = (("in_domain", "linear", ("linear", "imagenet100")),
                  ("flowers", "lowshot_5shot", ("lowshot_5shot", "oxford_flowers102")),
                  ("flowers", "lowshot_10shot", ("lowshot_10shot", "oxford_flowers102")))
 MORE_COLUMNS = (("flowers", "linear"), ("cifar10", "linear"), ("in_domain", "colorperm"), ("in_domain", "rotation"))
-OMEGA_AUGS = ("crop", "color", "blur", "solarize", "rotation", "flip")
 
 
 def variant_of(settings: dict) -> str:
@@ -94,17 +103,6 @@ def chance_of(entries: Sequence[dict], row: Row, protocol: str) -> float | None:
     return statistics.fmean(found) if found else None
 
 
-def ours(vals: list[float], metric: str | None, base: list[float] | None) -> str:
-    """``mean ± half-range (Δ +x)``; ``(Δ +x, noise)`` when within the seed spread of both sides."""
-    if not vals:
-        return "—"
-    text = seed_cells.cell(vals, metric or "")
-    if base:
-        delta, noise = seed_cells.difference(vals, base)
-        text += f" (Δ {delta:+.{seed_cells.decimals(metric or '')}f}{', noise' if noise else ''})"
-    return text
-
-
 def paper_cell(row: Row, column: tuple[str, str]) -> str:
     """The paper's figure of a row in a column (± its std over draws), with its own Δ in brackets."""
     if row.paper is None:
@@ -121,29 +119,6 @@ def paper_cell(row: Row, column: tuple[str, str]) -> str:
     if row.paper_base:
         text += f" ({value - split(paper_results.LOOC[row.paper_base][index])[0]:+.1f})"
     return text
-
-
-def seconds_per_step(entries: Sequence[dict], timed: float | None, base: float | None) -> str:
-    """The row's step: its back-to-back timing (``--time_steps``) with its ratio to the baseline's, else the mean
-    training rate of its arms in italics (wall time over whole runs, beside whatever else the machine ran)."""
-    if timed is not None:
-        return f"{timed:.3g}" + (f" ({timed / base:.2f}×)" if base else "")
-    rates = [e["training"]["seconds_per_step"] for e in entries if e["training"].get("seconds_per_step")]
-    return f"*{statistics.fmean(rates):.3g}*" if rates else "—"
-
-
-def seeds_label(entries: Sequence[dict]) -> str:
-    seeds = [e["settings"]["seed"] for e in entries]
-    return f"{len(seeds)} ({', '.join(map(str, seeds))})" if seeds else NOT_RUN
-
-
-def _table(head: list[str], body: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in body]
-
-
-def dataset_of(arms: Sequence[Arm], call: str) -> str:
-    """The dataset a call reads, from the suite's arms (the report's headers say what was measured)."""
-    return next((c.dataset for a in arms for c in a.evals if c.name == call), call)
 
 
 def row_timing(row: Row, arms: Sequence[Arm], timings: dict | None) -> float | None:
@@ -200,12 +175,13 @@ def tables(entries: Sequence[dict], arms: Sequence[Arm], timings: dict | None = 
     return [
         "**The paper's columns** (top-1 %; few-shot: k labelled images of every class, mean over 5 draws; ours "
         "± half-range over seeds, the paper's ± its std over draws)", "",
-        *_table(head, first), "",
+        *markdown_table(head, first), "",
         "**The main reproduction's transfer and probe columns** (top-1 % / accuracy %)", "",
-        *_table(["method", "seeds"] + [f"{dataset_of(arms, c)} {names[p]}" for c, p in MORE_COLUMNS], second), "",
+        *markdown_table(["method", "seeds"] + [f"{dataset_of(arms, c)} {names[p]}" for c, p in MORE_COLUMNS],
+                        second), "",
         f"**What frozen features keep of each augmentation** (`omega_probe` on {in_domain}: R² for crop, colour, "
         "blur, solarize; accuracy % (chance) for rotation and flip)", "",
-        *_table(["method", "seeds"] + list(OMEGA_AUGS), omega),
+        *markdown_table(["method", "seeds"] + list(OMEGA_AUGS), omega),
     ]
 
 
@@ -215,21 +191,8 @@ def omega_matrix(entries: Sequence[dict]) -> tuple[list[str], list[str], list[li
     augs = [a for a in OMEGA_AUGS if any(r["protocol"] == f"omega_probe_{a}" for e in entries for r in e["records"])]
     for row in ROWS:
         g = row_entries(entries, row)
-        line, text = [], []
-        for aug in augs:
-            vals, metric = values(g, row, "in_domain", f"omega_probe_{aug}")
-            if not vals:
-                line.append(None)
-                text.append("")
-                continue
-            mean = statistics.fmean(vals)
-            chance = chance_of(g, row, f"omega_probe_{aug}")
-            if metric and metric.endswith("%") and chance is not None:
-                line.append((mean - chance) / (100.0 - chance) if chance < 100 else None)
-                text.append(f"{mean:.0f}%")
-            else:
-                line.append(mean)
-                text.append(f"{mean:.2f}")
+        line, text = omega_line(lambda p, g=g, row=row: values(g, row, "in_domain", p),
+                                lambda p, g=g, row=row: chance_of(g, row, p), augs)
         if any(v is not None for v in line):
             labels.append(row.label + (f" ({len(g)} seeds)" if len(g) > 1 else ""))
             matrix.append(line)
@@ -240,32 +203,7 @@ def omega_matrix(entries: Sequence[dict]) -> tuple[list[str], list[str], list[li
 def plot_omega(entries: Sequence[dict], path: str) -> str | None:
     """The ω-probe heat map (rows × augmentations); None (nothing written) when no entry has ω-probe records."""
     labels, augs, matrix, texts = omega_matrix(entries)
-    if not labels:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    data = np.array([[np.nan if v is None else v for v in line] for line in matrix], dtype=float)
-    fig, ax = plt.subplots(figsize=(1.3 * len(augs) + 3.2, 0.45 * len(labels) + 1.6))
-    im = ax.imshow(data, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-    for i, line in enumerate(texts):
-        for j, text in enumerate(line):
-            if text:
-                ax.text(j, i, text, ha="center", va="center", fontsize=8,
-                        color="white" if data[i, j] < 0.5 else "black")
-    ax.set_xticks(range(len(augs)), augs)
-    ax.set_yticks(range(len(labels)), labels, fontsize=8)
-    ax.set_title("ω_diff from frozen view pairs (omega_probe, mean over seeds)\n"
-                 "R², or accuracy coloured as (acc − chance) / (1 − chance)", fontsize=9)
-    fig.colorbar(im, ax=ax, fraction=0.04)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=100, metadata={"Software": None})  # no version stamp: the same ledger, the same bytes
-    plt.close(fig)
-    return path
+    return plot_heat_map(labels, augs, matrix, texts, path) if labels else None
 
 
 def render(entries: Sequence[dict], arms: Sequence[Arm], picture_link: str | None,

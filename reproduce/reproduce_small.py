@@ -7,6 +7,7 @@
     augself-reproduce --report_only        # table, curves and docs/results.md from the ledger
     augself-reproduce --quick              # smoke version of the whole pipeline (CI)
     augself-reproduce --suite=looc         # the LooC comparison: the paper's LooC table (same flags)
+    augself-reproduce --suite=aware        # the augmentation-aware family's comparison (same flags)
 
 An arm is one pretraining run (data, method, AugSelf set, conditioning set, seed, budget) and its
 evaluations with eval_main.py. Each finished arm writes reproduce/ledger/<arm id>.json (its settings,
@@ -16,10 +17,11 @@ training settings> (not committed): an interrupted arm resumes from its checkpoi
 again, and an arm whose evaluations changed keeps its training and redoes only the changed calls. What an arm
 is: reproduce/arm_settings.py; the ledger's entries: reproduce/ledger.py (schema in reproduce/ledger/README.md);
 running arms: reproduce/ledger_runner.py (run directories in run_directory.py, estimates in time_estimates.py).
-Two arm sets (``--suite``): ``main``, the main reproduction (arms in reproduce/main_arms.py, report in
-reproduce/main_report.py), and ``looc``, the paper's LooC comparison (arms in reproduce/looc_arms.py,
-report in reproduce/looc_report.py); each suite's report reads only its own entries and writes its own block of
-docs/results.md.
+Three arm sets (``--suite``): ``main``, the main reproduction (arms in reproduce/main_arms.py, report in
+reproduce/main_report.py); ``looc``, the paper's LooC comparison (arms in reproduce/looc_arms.py, report in
+reproduce/looc_report.py); and ``aware``, the augmentation-aware family's comparison (arms in
+reproduce/aware_arms.py, report in reproduce/aware_report.py); each suite's report reads only its own entries (the
+aware suite's SimSiam ± AugSelf rows are the looc suite's entries) and writes its own block of docs/results.md.
 ``augself-reproduce`` is the command of an editable install (``pip install -e .``); ``python -m
 reproduce.reproduce_small`` from the checkout's root is the same program. Either reads and writes the checkout it
 imports this package from (reproduce/ledger.py's ``ROOT``) and stops with one line anywhere else.
@@ -34,6 +36,8 @@ import sys
 
 from reproduce import (
     arm_settings,
+    aware_arms,
+    aware_report,
     ledger,
     ledger_runner,
     looc_arms,
@@ -50,9 +54,10 @@ ROOT = ledger.ROOT
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--suite", choices=("main", "looc"), default="main",
-                   help="arm set: main (the main reproduction: SimSiam/MoCo ± AugSelf, CASSLE) or looc (the "
-                        "paper's LooC comparison table); each has its own report block and picture")
+    p.add_argument("--suite", choices=("main", "looc", "aware"), default="main",
+                   help="arm set: main (the main reproduction: SimSiam/MoCo ± AugSelf, CASSLE), looc (the "
+                        "paper's LooC comparison table) or aware (the augmentation-aware family: AugSelf, CASSLE, "
+                        "EquiMod, E-SSL, STL on SimSiam and SimCLR); each has its own report block and picture")
     p.add_argument("--arms", default=None, help="comma-separated globs on arm names or ids (default: all); they run in "
                    "the suite's order, whatever the order given")
     p.add_argument("--time_budget", type=float, default=None, metavar="MINUTES",
@@ -61,8 +66,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--list", action="store_true", help="print the arms and their status; run nothing")
     p.add_argument("--time_steps", action="store_true",
                    help="time one arm of every setting back to back (2 rounds of 40 steps, alternating order) into "
-                        "LEDGER/timings/SUITE.json, then regenerate the report (the looc table's s/step); run on an "
-                        "otherwise idle machine")
+                        "LEDGER/timings/SUITE.json, then regenerate the report (the looc and aware tables' s/step); "
+                        "run on an otherwise idle machine")
     p.add_argument("--no_report", action="store_true", help="do not regenerate the report after running arms")
     p.add_argument("--quick", action="store_true",
                    help="smoke version: 2 shapes arms of 2 steps, small evaluations, own ledger under --out")
@@ -73,19 +78,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--results_md", default=None, help="document with the generated block (default docs/results.md)")
     p.add_argument("--curves", default=None,
                    help="the suite's picture (main: monitor curves, default docs/img/reproduce_small_curves.png; "
-                        "looc: omega_probe heat map, default docs/img/looc_omega_probe.png)")
+                        "looc, aware: omega_probe heat map, default docs/img/looc_omega_probe.png, "
+                        "docs/img/aware_omega_probe.png)")
     p.add_argument("--epochs", type=int, default=None, help="tiny-imagenet budget's epochs (new arms; default 120)")
     p.add_argument("--width", type=float, default=None, help="tiny-imagenet budget's width (new arms; default 0.25)")
     args = p.parse_args(argv)
     args.prog = p.prog.removesuffix(".py")  # augself-reproduce, or reproduce_small under python -m
-    looc = args.suite == "looc"
-    picture = "looc_omega_probe.png" if looc else "reproduce_small_curves.png"
+    heat_map = args.suite != "main"  # looc and aware draw the omega_probe heat map; main its monitor curves
+    picture = f"{args.suite}_omega_probe.png" if heat_map else "reproduce_small_curves.png"
     if args.quick:
-        out = "reproduce_small_looc_quick" if looc else "reproduce_small_quick"
+        out = f"reproduce_small_{args.suite}_quick" if heat_map else "reproduce_small_quick"
         args.out = os.path.abspath(args.out or os.path.join(ROOT, "runs", out))
         args.ledger = args.ledger or os.path.join(args.out, "ledger")
         args.results_md = args.results_md or os.path.join(args.out, "results.md")
-        args.curves = args.curves or os.path.join(args.out, "omega_probe.png" if looc else "curves.png")
+        args.curves = args.curves or os.path.join(args.out, "omega_probe.png" if heat_map else "curves.png")
         docs = os.path.join(ROOT, "docs") + os.sep
         for path in (args.ledger, args.results_md, args.curves):
             if os.path.abspath(path).startswith(docs):
@@ -114,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.suite == "looc":
         arms = looc_arms.quick_looc_arms() if args.quick else looc_arms.looc_table_arms(args.epochs, args.width)
         command, write_report = looc_report.COMMAND, looc_report.write_report
+    elif args.suite == "aware":
+        arms = (aware_arms.quick_aware_arms() if args.quick
+                else aware_arms.suite_arms(ledger.load_entries(args.ledger), args.epochs, args.width))
+        command, write_report = aware_report.COMMAND, aware_report.write_report
     else:
         arms = main_arms.quick_arms() if args.quick else main_arms.default_arms(args.epochs, args.width)
         command, write_report = ledger.COMMAND, main_report.write_report
