@@ -153,10 +153,12 @@ def test_a_clustered_step_on_two_cpu_replicas_equals_the_plain_step():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("method", ["moco", "looc", "simclr", "swav", "byol", "simsiam"])
 def test_jit_compile_on_two_cpu_replicas_trains_every_method(tmp_path, method):
+    """Each contrastive/self-distilling method, one clustered step on 2 CPU replicas (compiling the clusters takes
+    most of the time: minutes each on a loaded 2-core machine)."""
     flags = {"method_options": {**{"queue_size": 64, "projector_hidden": 32, "projector_dim": 16},
                                 **OPTIONS.get(method, {})}} if method in ("moco", "looc") else {}
-    result = train(tiny_run(str(tmp_path / "run"), method=method, cpu_replicas=2, jit_compile=True, max_steps=2,
+    result = train(tiny_run(str(tmp_path / "run"), method=method, cpu_replicas=2, jit_compile=True, max_steps=1,
                             export=False, **flags))
-    assert result.steps == 2 and np.isfinite(result.last_logs["loss/total"])
+    assert result.steps == 1 and np.isfinite(result.last_logs["loss/total"])
