@@ -38,11 +38,14 @@ EXTERNAL = {
     "hankook/AugSelf (the paper's code)": {"models.py", "trainers.py", "transfer_linear_eval.py",
                                             "transfer_few_shot.py"},
     "mprzewie/AugSelf (CASSLE)": {"pretrain_cond.py", "cond_utils.py", "trainers_cond.py"},
+    "ADevillers/EquiMod": {"src/model.py", "src/loss.py", "src/transforms.py", "src/dataset.py", "src/main.py",
+                           "main.py"},
     "kornia": {"random_generator.py"},
     "NVIDIA/DeepLearningExamples": {"TensorFlow/Classification/ConvNets/resnet50v1.5/README.md"},
 }
 # Files the docs' how-to sections write as examples ("adding a source is one file: ..."): they name new files.
-EXAMPLES = {"augself_tf/data/solid.py", "augself_tf/methods/mymethod.py", "augself_tf/objectives/myobjective.py", "augself_tf/evaluation/protocols/featdim.py"}
+EXAMPLES = {"augself_tf/data/solid.py", "augself_tf/methods/mymethod.py", "augself_tf/objectives/myobjective.py",
+            "augself_tf/evaluation/protocols/featdim.py"}
 NOT_OURS = set().union(*EXTERNAL.values()) | EXAMPLES
 EXTENSIONS = (".py", ".md", ".cfg", ".txt", ".toml", ".png", ".json", ".csv", ".sh", ".yml", ".yaml", ".tex")
 PACKAGES = ("augself_tf", "bench", "reproduce", "tests")
