@@ -38,6 +38,8 @@ EXTERNAL = {
     "hankook/AugSelf (the paper's code)": {"models.py", "trainers.py", "transfer_linear_eval.py",
                                             "transfer_few_shot.py"},
     "mprzewie/AugSelf (CASSLE)": {"pretrain_cond.py", "cond_utils.py", "trainers_cond.py"},
+    "ADevillers/EquiMod": {"src/model.py", "src/loss.py", "src/transforms.py", "src/dataset.py", "src/main.py",
+                           "main.py"},
     "kornia": {"random_generator.py"},
     "NVIDIA/DeepLearningExamples": {"TensorFlow/Classification/ConvNets/resnet50v1.5/README.md"},
 }

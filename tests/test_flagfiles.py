@@ -79,7 +79,7 @@ GROUPS = _groups()
 
 
 def test_there_is_a_flagfile_per_experiment():
-    assert len(NAMES) == 48
+    assert len(NAMES) == 50
     for m in ("simsiam", "moco", "byol", "simclr", "swav"):
         assert {f"stl10_{m}", f"stl10_{m}_augself"} <= set(NAMES)
     for m in ("simsiam", "moco", "supervised"):
@@ -88,6 +88,8 @@ def test_there_is_a_flagfile_per_experiment():
     assert {"imagenet100_moco_cassle", "stl10_simsiam_cassle", "stl10_moco_cassle"} <= set(NAMES)
     # LooC's rows of table:looc_comparison (docs/experiments.md, "LooC").
     assert {"imagenet100_looc_color", "imagenet100_looc_rotation", "imagenet100_looc_color_rotation"} <= set(NAMES)
+    # EquiMod's CIFAR10 rows (docs/experiments.md, "EquiMod").
+    assert {"cifar10_equimod_simclr", "cifar10_equimod_byol"} <= set(NAMES)
 
 
 def _expected_augself(name: str) -> tuple[str, ...]:
@@ -114,6 +116,9 @@ def test_flagfile_parses_into_the_paper_settings(name):
     assert model.condition == (("crop", "color", "color_diff", "blur", "grayscale") if cassle else ())
     assert (model.condition_width, model.condition_depth) == (64, 6)
     opts = {k: v for k, v in model.method_options.items() if v is not None}
+    if name.startswith("cifar10_equimod_"):
+        _check_equimod(cfg, name[len("cifar10_equimod_"):], opts)
+        return
     if name.startswith("stl10_"):
         assert (cfg.dataset, cfg.split, model.backbone, model.width) == ("stl10", "train+unlabelled", "resnet18", 1.0)
         assert (cfg.augment.image_size, cfg.batch_size, cfg.epochs) == (96, 256, 200)
@@ -167,6 +172,25 @@ def test_flagfile_parses_into_the_paper_settings(name):
         assert (opts["projector_hidden"], opts["projector_dim"], opts["num_prototypes"]) == (2048, 128, 100)
         assert (opts["sinkhorn_epsilon"], opts["sinkhorn_iterations"], opts["temperature"]) == (0.05, 3, 0.1)
         assert opts["freeze_prototypes_steps"] == -1
+
+
+def _check_equimod(cfg: TrainConfig, method: str, opts: dict) -> None:
+    """EquiMod's CIFAR10 rows (ADevillers/EquiMod, run_equimod_*_cifar10.slurm, src/dataset.py), SGD for LARS."""
+    model = cfg.model
+    assert (cfg.dataset, cfg.split, model.backbone, model.width) == ("cifar10", "train", "resnet18_cifar", 1.0)
+    assert (cfg.augment.image_size, cfg.batch_size, cfg.epochs, cfg.lr, cfg.weight_decay) == (32, 512, 800, 0.03, 5e-4)
+    assert (model.method, model.augself) == (method, ())
+    assert cfg.augment.crop_scale == (0.2, 1.0) and cfg.augment.blur_kernel_size == 3
+    assert (opts["equimod_weight"], opts["equimod_hidden"], opts["equimod_dim"], opts["equimod_temperature"]) == \
+        (1.0, 2048, 128, 0.2)
+    probabilities = {k: cfg.augment.probability(f"{k}_prob") for k in ("blur", "solarize", "rotation")}
+    if method == "simclr":
+        assert (opts["projector_hidden"], opts["projector_dim"], opts["temperature"]) == (2048, 128, 0.5)
+        assert probabilities == {"blur": 0.0, "solarize": 0.0, "rotation": 0.0}
+    else:  # the mean of the reference's two views' rates
+        assert (opts["projector_hidden"], opts["projector_dim"], opts["predictor_hidden"]) == (4096, 256, 4096)
+        assert opts["target_momentum"] == 0.996
+        assert probabilities == {"blur": 0.55, "solarize": 0.1, "rotation": 0.0}
 
 
 def test_every_flagfile_is_in_the_experiments_table_and_back():
@@ -333,8 +357,11 @@ def test_every_flagfile_parses_to_the_config_it_did_before_settings_were_declare
 
 @pytest.mark.parametrize("name", NAMES)
 def test_flagfiles_normalise_with_the_reference_codes_statistics(name):
-    """STL10 runs: (0.43, 0.42, 0.39)/(0.27, 0.26, 0.27); ImageNet100 runs: ImageNet's (the reference's Normalize)."""
+    """STL10 runs: (0.43, 0.42, 0.39)/(0.27, 0.26, 0.27); ImageNet100 runs: ImageNet's (the reference's Normalize);
+    EquiMod's CIFAR10 runs: its code's (0.4914, 0.4822, 0.4465)/(0.247, 0.243, 0.261)."""
     from augself_tf.data.source_base import IMAGENET_MEAN, IMAGENET_STD, STL10_MEAN, STL10_STD
 
     expected = (STL10_MEAN, STL10_STD) if name.startswith("stl10") else (IMAGENET_MEAN, IMAGENET_STD)
+    if name.startswith("cifar10_"):
+        expected = ((0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261))
     assert parse(name).model.input_statistics((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)) == expected

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 import tensorflow as tf
@@ -10,6 +11,7 @@ from augself_tf.augment import ops, registry
 from augself_tf.augment.augment_config import AugmentConfig
 from augself_tf.augment.steps import DEVICE
 from augself_tf.augment.views import TWO_VIEWS, ViewPlan, batch_views, view_keys
+from augself_tf.data.eval_view import preprocess
 
 PHOTOMETRIC_MODES = ("host", "device")
 
@@ -100,11 +102,39 @@ def augment_views(
     out = {}
     for j, seeds in enumerate(plan.slot_seeds(seed)):
         view_key, omega_key, params_key = view_keys(j)
-        if photometric == "device":
+        if plan.views[j].eval_view:
+            # float32 in both modes, with no device-stage draws: finish_views only casts it, so its pixels are
+            # the evaluation view's exactly, whichever mode made the batch
+            out[view_key], out[omega_key] = eval_view_of(image, config)
+        elif photometric == "device":
             out[view_key], out[omega_key], out[params_key] = _device_view(image, seeds, config)
         else:
             out[view_key], out[omega_key] = _run(image, seeds, config, None)
     return out
+
+
+def eval_view_of(image: tf.Tensor, config: AugmentConfig) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+    """The evaluation view of one image (``data.eval_view.preprocess``: resize, centre crop, no augmentation) and
+    its ω, the identity's: every step drawn with its probability at 0, the crop the centre square it shows
+    ((0.5, 0.5, 1, 1) for a square image), the measurements of an unchanged image.
+
+    Returns:
+      (view float32 [S, S, 3] in [0, 1], ω with every entry of ``registry.OMEGA_DIMS``).
+    """
+    view = preprocess(image, config.image_size)
+    off = dataclasses.replace(config, probabilities=dict.fromkeys(config.probabilities, 0.0))
+    full = tf.shape(image)[:2]
+    side = tf.reduce_min(full)
+    centre = {"offset": (full - side) // 2, "size": tf.stack([side, side]), "full": full}
+    seed = tf.zeros([2], tf.int64)  # nothing is drawn at probability 0 but the crop, replaced by the centre box
+    omega: dict[str, tf.Tensor] = {}
+    for step in registry.PIPELINE:
+        params = centre if step.name == "crop" else step.sample(seed, tf.shape(view), off)
+        if step.omega is not None:
+            omega[step.name] = tf.ensure_shape(tf.cast(step.omega(params, config), tf.float32), [step.omega_dim])
+        omega.update({m.name: tf.ensure_shape(tf.cast(m.measure(view, view, params, config), tf.float32), [m.dim])
+                      for m in step.measurements})
+    return view, omega
 
 
 def finish_views(batch: Mapping[str, tf.Tensor], config: AugmentConfig) -> dict:

@@ -16,6 +16,10 @@ shared step, views 1 and 2 of any plan are the pair every two-view method sees.
 
 LooC (Xiao et al., ICLR 2021) is ``leave_one_out(("color", "rotation"))``: q and k0 independent, then one
 key per left-out augmentation that copies q's draw of it.
+
+A view may also be the evaluation view of the image (``ViewSpec(eval_view=True)``: EquiMod's unaugmented x0):
+``augself_tf.data.eval_view.preprocess``, no augmentation, ω of the identity. It draws nothing, so its seed
+row goes unused and the other views' draws are what they would be without it.
 """
 
 from __future__ import annotations
@@ -46,10 +50,12 @@ def check_copyable(name: str, what: str = "a shared step") -> None:
 class ViewSpec:
     """One view: the steps whose draws it copies, as ``((step name, index of the source view), ...)``.
 
-    A view with no shared step draws every augmentation afresh from its own seed.
+    A view with no shared step draws every augmentation afresh from its own seed. ``eval_view``: the view is
+    the image's evaluation view instead (resize + centre crop, no augmentation, ω of the identity).
     """
 
     shares: tuple[tuple[str, int], ...] = ()
+    eval_view: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,10 +76,15 @@ class ViewPlan:
             names = [name for name, _ in view.shares]
             if len(set(names)) != len(names):
                 raise ValueError(f"view {j + 1} shares a step twice: {names}")
+            if view.eval_view and view.shares:
+                raise ValueError(f"view {j + 1} is the evaluation view: it draws nothing, so it can copy nothing")
             for name, source in view.shares:
                 check_copyable(name, f"view {j + 1}")
                 if not 0 <= source < j:
                     raise ValueError(f"view {j + 1} can copy {name!r} only from an earlier view, not view {source + 1}")
+                if self.views[source].eval_view:
+                    raise ValueError(f"view {j + 1} cannot copy {name!r} from view {source + 1}, the evaluation "
+                                     "view (it draws nothing)")
 
     @property
     def num_views(self) -> int:

@@ -21,6 +21,7 @@ from augself_tf.export.saved_model import export_backbone
 from augself_tf.image_statistics import IMAGENET_MEAN, IMAGENET_STD
 from augself_tf.methods import METHODS, derived_options, view_plan
 from augself_tf.methods.augself_model import AugSelfModel, PretrainData
+from augself_tf.objectives import OBJECTIVES
 from augself_tf.progress import Progress
 from augself_tf.runtime.determinism import make_deterministic
 from augself_tf.runtime.preemption import Preempted, StopSignals
@@ -333,8 +334,11 @@ def _train(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> T
             last_logs["pairs_per_sec"] = pairs_since / max(dt, 1e-9)
             summaries.write_scalars(writer, last_logs, step)
             t0, pairs_since = time.perf_counter(), 0
-            progress.update(step, {k.split("/")[-1]: last_logs[k] for k in
-                                   ("loss/total", "loss/method", "loss/augself") if k in last_logs})
+            shown = {k.split("/")[-1]: last_logs[k] for k in ("loss/total", "loss/method", "loss/augself")
+                     if k in last_logs}
+            shown.update({k.split("/")[0]: v for k, v in last_logs.items()  # each objective's, by its key
+                          if k.endswith("/loss") and k.split("/")[0] in OBJECTIVES})
+            progress.update(step, shown)
         else:
             progress.update(step)
         if step % every == 0 or step == total_steps:
