@@ -119,6 +119,14 @@ class ViewPlan:
         return [tf.random.experimental.stateless_split(s, num=registry.NUM_SEED_SLOTS) for s in view_seeds]
 
 
+def check_pair_batch(plan: ViewPlan, batch_size: int) -> None:
+    """Raises ValueError (one line) when ``plan`` aligns pairs and the per-replica ``batch_size`` is odd: a pair
+    must lie inside one replica's batch."""
+    if plan.aligned and batch_size % 2:
+        raise ValueError(f"aligned pairs ({', '.join(plan.aligned)}) need an even batch per replica, got "
+                         f"{batch_size}: choose --batch_size as a multiple of 2 x the replicas")
+
+
 #: The plan of every two-view method: two independent views.
 TWO_VIEWS = ViewPlan((ViewSpec(), ViewSpec()))
 

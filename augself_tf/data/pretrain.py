@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from augself_tf.augment import PHOTOMETRIC_MODES, AugmentConfig
 from augself_tf.augment.pipeline import augment_views
-from augself_tf.augment.views import TWO_VIEWS, ViewPlan
+from augself_tf.augment.views import TWO_VIEWS, ViewPlan, check_pair_batch
 
 _SHUFFLE_SALT = 0x5EED
 _VIEW_SALT = 0xA11
@@ -201,9 +201,7 @@ def make_pair_dataset(
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     if photometric not in PHOTOMETRIC_MODES:
         raise ValueError(f"photometric must be one of {', '.join(PHOTOMETRIC_MODES)}, got {photometric!r}")
-    if views.aligned and batch_size % 2:
-        raise ValueError(f"aligned pairs ({', '.join(views.aligned)}) need an even batch per replica, got "
-                         f"{batch_size}: choose --batch_size as a multiple of 2 x the replicas")
+    check_pair_batch(views, batch_size)
     if batches_per_epoch is not None and batches_per_epoch <= 0:
         raise ValueError(f"batches_per_epoch must be positive, got {batches_per_epoch}")
     if isinstance(source, tf.data.Dataset):

@@ -15,6 +15,7 @@ import keras
 import tensorflow as tf
 
 from augself_tf.augment import PHOTOMETRIC_MODES, finish_views
+from augself_tf.augment.views import check_pair_batch
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source, pair_records, source_info
 from augself_tf.export.saved_model import export_backbone
@@ -197,6 +198,7 @@ def _train(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> T
     replicas = strategy.num_replicas_in_sync
     if cfg.batch_size % replicas:
         raise ValueError(f"global batch size {cfg.batch_size} is not divisible by the {replicas} replicas")
+    check_pair_batch(view_plan(cfg.model.method, cfg.model.method_options), cfg.batch_size // replicas)
     if cfg.jit_compile:
         check_compiled_replicas(strategy)
     if cfg.mixed_precision:
@@ -330,8 +332,12 @@ def _train(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> T
             last_logs["pairs_per_sec"] = pairs_since / max(dt, 1e-9)
             summaries.write_scalars(writer, last_logs, step)
             t0, pairs_since = time.perf_counter(), 0
-            progress.update(step, {k.split("/")[-1]: last_logs[k] for k in
-                                   ("loss/total", "loss/method", "loss/augself") if k in last_logs})
+            shown = {k.split("/")[-1]: last_logs[k] for k in ("loss/total", "loss/method", "loss/augself")
+                     if k in last_logs}
+            # each objective's own loss (`<key>/loss`, unweighted) beside them, under its key
+            shown.update({k.split("/")[0]: v for k, v in last_logs.items() if k.endswith("/loss")
+                          and not k.startswith("loss/")})
+            progress.update(step, shown)
         else:
             progress.update(step)
         if step % every == 0 or step == total_steps:

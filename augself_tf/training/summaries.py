@@ -5,6 +5,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from augself_tf.methods.model_config import augself_text
+from augself_tf.objectives import enabled_objectives
 
 
 def make_writer(logdir: str | None) -> tf.summary.SummaryWriter | None:
@@ -55,6 +56,8 @@ def describe_run(
     condition = (f" + conditioned projector[{','.join(model.condition)}] (MLP {model.condition_depth}×"
                  f"{model.condition_width}, {model.condition_kind}, {model.condition_descriptor} descriptors"
                  f"{', predictor too' if model.condition_predictor else ''})" if model.condition else "")
+    condition = "".join(f" + {o.key} (λ={model.method_options[o.weight_option]})"
+                        for o in enabled_objectives(model.method_options)) + condition
     norm = ""
     if input_statistics is not None:
         mean, std = (",".join(f"{v:g}" for v in t) for t in input_statistics)
