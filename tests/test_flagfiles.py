@@ -79,7 +79,7 @@ GROUPS = _groups()
 
 
 def test_there_is_a_flagfile_per_experiment():
-    assert len(NAMES) == 48
+    assert len(NAMES) == 50
     for m in ("simsiam", "moco", "byol", "simclr", "swav"):
         assert {f"stl10_{m}", f"stl10_{m}_augself"} <= set(NAMES)
     for m in ("simsiam", "moco", "supervised"):
@@ -88,6 +88,8 @@ def test_there_is_a_flagfile_per_experiment():
     assert {"imagenet100_moco_cassle", "stl10_simsiam_cassle", "stl10_moco_cassle"} <= set(NAMES)
     # LooC's rows of table:looc_comparison (docs/experiments.md, "LooC").
     assert {"imagenet100_looc_color", "imagenet100_looc_rotation", "imagenet100_looc_color_rotation"} <= set(NAMES)
+    # STL (docs/experiments.md, "STL"): its own loss (SimCLR's invariance) and SimSiam's in its place.
+    assert {"stl10_simclr_stl", "stl10_simsiam_stl"} <= set(NAMES)
 
 
 def _expected_augself(name: str) -> tuple[str, ...]:
@@ -163,6 +165,12 @@ def test_flagfile_parses_into_the_paper_settings(name):
         assert opts["target_momentum"] == 0.996
     if model.method == "simclr":
         assert (opts["projector_hidden"], opts["projector_dim"], opts["temperature"]) == (512, 128, 0.2)
+    if name.endswith("_stl"):  # STL's main.py / README: --equi 1 --trans 0.1 --temperature 0.2, 128-128, 512-128
+        assert (opts["stl_weight"], opts["stl_trans_weight"], opts["stl_temperature"]) == (1.0, 0.1, 0.2)
+        assert (opts["stl_trans_dim"], opts["stl_projector_hidden"], opts["stl_projector_dim"]) == (128, 512, 128)
+        assert (opts["stl_equi_dim"], opts["stl_aligned"]) == (0, "crop,color,grayscale")
+    else:
+        assert "stl_weight" not in opts
     if model.method == "swav":
         assert (opts["projector_hidden"], opts["projector_dim"], opts["num_prototypes"]) == (2048, 128, 100)
         assert (opts["sinkhorn_epsilon"], opts["sinkhorn_iterations"], opts["temperature"]) == (0.05, 3, 0.1)
