@@ -1,4 +1,4 @@
-"""STL (augself_tf/objectives/stl.py, augself_tf/losses/stl.py): its terms against NumPy written from STL's
+"""STL (augself_tf/objectives/stl.py, augself_tf/losses/stl_terms.py): its terms against NumPy written from STL's
 ``model.py`` (jaemyung-u/stl), 2 replicas = 1 device, the aligned pairs of the input pipeline, the export and exact
 resume. The NumPy side reads the heads' weights by name; none of our layer code runs in it."""
 
@@ -29,7 +29,7 @@ from augself_tf.augment import AugmentConfig, finish_views
 from augself_tf.augment.views import TWO_VIEWS
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source
-from augself_tf.losses.stl import hyper_map, swap_pairs, transformation_pairs
+from augself_tf.losses.stl_terms import hyper_map, swap_pairs, transformation_pairs
 from augself_tf.methods import build_method, view_plan
 from augself_tf.models.resnet import build_backbone
 from augself_tf.objectives import Forward

@@ -10,7 +10,7 @@ so ``--method=simclr --stl_weight=1`` with SimCLR's projector d→512→128 and 
 invariance term is NT-Xent over an inv projector of that shape; our SimCLR projector's last Linear has a bias,
 STL's none), and ``--method=simsiam`` / ``byol`` put their own invariance loss in L_inv's place.
 
-Layers (``augself_tf.losses.stl`` holds the tensor operations between them and says what the terms are):
+Layers (``augself_tf.losses.stl_terms`` holds the tensor operations between them and says what the terms are):
 - T: the transformation backbone, [y1, y2] (2d) → 128 → 128 (Linear–BN–ReLU–Linear, no biases), on the
   backbone features y of the method's forward pass (online features for SimCLR, SimSiam and BYOL);
 - W: the hypernetwork, Linear(128 → k·k, no bias), whose output is read as a k×k matrix per example;
@@ -33,7 +33,13 @@ import tensorflow as tf
 
 from augself_tf.augment.views import ViewPlan, check_copyable
 from augself_tf.flag_fields import check_minimum, flag_fields, option
-from augself_tf.losses.stl import equivariance_loss, hyper_map, swap_pairs, transformation_loss, transformation_pairs
+from augself_tf.losses.stl_terms import (
+    equivariance_loss,
+    hyper_map,
+    swap_pairs,
+    transformation_loss,
+    transformation_pairs,
+)
 from augself_tf.models.resnet import batch_norm
 from augself_tf.models.torch_init import Linear
 from augself_tf.objectives.base import Objective
