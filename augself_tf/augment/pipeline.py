@@ -89,18 +89,20 @@ def _device_view(image: tf.Tensor, step_seeds: tf.Tensor, config: AugmentConfig)
 
 
 def augment_views(
-    image: tf.Tensor, seed: tf.Tensor, config: AugmentConfig, plan: ViewPlan = TWO_VIEWS, photometric: str = "host"
+    image: tf.Tensor, seed: tf.Tensor, config: AugmentConfig, plan: ViewPlan = TWO_VIEWS, photometric: str = "host",
+    pair_seed: tf.Tensor | None = None,
 ) -> dict:
     """Every view of ``plan`` of one image from one example seed [2], as the batch carries them.
 
     Returns {view1, omega1, ..., viewN, omegaN} (``augment_view``'s views and ω) or, with
     ``photometric="device"``, uint8 views, ω and the device steps' draws {..., device1, ..., deviceN}
-    (``augment_view_for_device``'s), for ``finish_views``. View j copies the draws ``plan`` says it shares.
+    (``augment_view_for_device``'s), for ``finish_views``. View j copies the draws ``plan`` says it shares,
+    and the draws of the plan's aligned steps come from ``pair_seed``, the partner example's seed, if given.
     """
     if photometric not in PHOTOMETRIC_MODES:
         raise ValueError(f"photometric must be one of {', '.join(PHOTOMETRIC_MODES)}, got {photometric!r}")
     out = {}
-    for j, seeds in enumerate(plan.slot_seeds(seed)):
+    for j, seeds in enumerate(plan.slot_seeds(seed, pair_seed)):
         view_key, omega_key, params_key = view_keys(j)
         if plan.views[j].eval_view:
             # float32 in both modes, with no device-stage draws: finish_views only casts it, so its pixels are

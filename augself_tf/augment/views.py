@@ -20,6 +20,12 @@ key per left-out augmentation that copies q's draw of it.
 A view may also be the evaluation view of the image (``ViewSpec(eval_view=True)``: EquiMod's unaugmented x0):
 ``augself_tf.data.eval_view.preprocess``, no augmentation, ω of the identity. It draws nothing, so its seed
 row goes unused and the other views' draws are what they would be without it.
+
+Aligned pairs (STL, Yu et al., NeurIPS 2024): a plan's ``aligned`` steps are drawn once per pair of examples.
+Example 2i+1 of every batch takes example 2i's rows of those slots, view by view (its view j draws what
+example 2i's view j draws), so the pair shares, say, the crop and colour of view 1 and those of view 2 while
+every other step stays its own. The pairing is the input pipeline's (``augself_tf.data.pretrain``): it hands
+``slot_seeds`` the partner's example seed; example 2i is its own partner, so it is what it is without pairs.
 """
 
 from __future__ import annotations
@@ -64,14 +70,20 @@ class ViewPlan:
 
     Raises:
       ValueError: fewer than two views, a step shared twice by one view, a source view that is not an earlier
-        view, or a step that has no parameters to copy.
+        view, or a step that has no parameters to copy (shared or aligned), or an aligned step named twice.
     """
 
     views: tuple[ViewSpec, ...]
+    #: steps whose draws example 2i+1 of a batch takes from example 2i (each view from the same view); () = none
+    aligned: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.views) < 2:
             raise ValueError(f"a view plan needs at least 2 views, got {len(self.views)}")
+        if len(set(self.aligned)) != len(self.aligned):
+            raise ValueError(f"aligned steps repeat a step: {list(self.aligned)}")
+        for name in self.aligned:
+            check_copyable(name, "an aligned step")
         for j, view in enumerate(self.views):
             names = [name for name, _ in view.shares]
             if len(set(names)) != len(names):
@@ -91,12 +103,19 @@ class ViewPlan:
         """N, the views per example."""
         return len(self.views)
 
-    def slot_seeds(self, seed: tf.Tensor) -> list[tf.Tensor]:
-        """Every view's per-slot seeds [NUM_SEED_SLOTS, 2] from one example seed [2] (graph-safe)."""
-        seed = tf.ensure_shape(tf.cast(tf.convert_to_tensor(seed), tf.int64), [2])
-        view_seeds = tf.unstack(tf.random.experimental.stateless_split(seed, self.num_views))
-        own = [tf.random.experimental.stateless_split(s, num=registry.NUM_SEED_SLOTS) for s in view_seeds]
+    def slot_seeds(self, seed: tf.Tensor, pair_seed: tf.Tensor | None = None) -> list[tf.Tensor]:
+        """Every view's per-slot seeds [NUM_SEED_SLOTS, 2] from one example seed [2] (graph-safe).
+
+        ``pair_seed``: the example seed of the example's partner (example 2i of its pair), whose rows of the
+        ``aligned`` steps' slots replace the example's own; ignored by a plan without aligned steps.
+        """
+        own = self._own_seeds(seed)
         slot_of = {s.name: s.seed_slot for s in registry.PIPELINE}
+        if self.aligned and pair_seed is not None:
+            partner = self._own_seeds(pair_seed)
+            aligned = [slot_of[name] for name in self.aligned]
+            own = [tf.stack([p[k] if k in aligned else o[k] for k in range(registry.NUM_SEED_SLOTS)])
+                   for o, p in zip(own, partner, strict=True)]
         out: list[tf.Tensor] = []
         for j, view in enumerate(self.views):
             rows = tf.unstack(own[j])
@@ -104,6 +123,19 @@ class ViewPlan:
                 rows[slot_of[name]] = out[source][slot_of[name]]  # the source's row, itself possibly copied
             out.append(tf.stack(rows) if view.shares else own[j])
         return out
+
+    def _own_seeds(self, seed: tf.Tensor) -> list[tf.Tensor]:
+        seed = tf.ensure_shape(tf.cast(tf.convert_to_tensor(seed), tf.int64), [2])
+        view_seeds = tf.unstack(tf.random.experimental.stateless_split(seed, self.num_views))
+        return [tf.random.experimental.stateless_split(s, num=registry.NUM_SEED_SLOTS) for s in view_seeds]
+
+
+def check_pair_batch(plan: ViewPlan, batch_size: int) -> None:
+    """Raises ValueError (one line) when ``plan`` aligns pairs and the per-replica ``batch_size`` is odd: a pair
+    must lie inside one replica's batch."""
+    if plan.aligned and batch_size % 2:
+        raise ValueError(f"aligned pairs ({', '.join(plan.aligned)}) need an even batch per replica, got "
+                         f"{batch_size}: choose --batch_size as a multiple of 2 x the replicas")
 
 
 #: The plan of every two-view method: two independent views.

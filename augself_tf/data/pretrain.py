@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from augself_tf.augment import PHOTOMETRIC_MODES, AugmentConfig
 from augself_tf.augment.pipeline import augment_views
-from augself_tf.augment.views import TWO_VIEWS, ViewPlan
+from augself_tf.augment.views import TWO_VIEWS, ViewPlan, check_pair_batch
 
 _SHUFFLE_SALT = 0x5EED
 _VIEW_SALT = 0xA11
@@ -124,17 +124,28 @@ class _Buffered:
 
 
 def two_views(example: dict, seed: tf.Tensor, config: AugmentConfig, photometric: str = "host",
-              views: ViewPlan = TWO_VIEWS) -> dict:
+              views: ViewPlan = TWO_VIEWS, pair_seed: tf.Tensor | None = None) -> dict:
     """Maps one source example to {view1, view2, omega1, omega2[, label]} from a seed [2] (and view3, omega3,
     ... for a plan of more views; ``augself_tf.augment.views``).
 
     With ``photometric="device"`` the views are uint8 with only the geometric steps applied, and the
     photometric steps' draws ride along as ``device1`` / ``device2`` / ... for ``finish_views``.
+    ``pair_seed``: the seed of the example's partner, for a plan with aligned steps.
     """
-    out = augment_views(example["image"], seed, config, views, photometric)
+    out = augment_views(example["image"], seed, config, views, photometric, pair_seed)
     if "label" in example:
         out["label"] = tf.cast(example["label"], tf.int64)
     return out
+
+
+def _with_partner(previous: tf.Tensor, element: tuple) -> tuple:
+    """scan step over (index, record): the partner of an example is the index of the pair's first example.
+
+    The state is the pair's first index after it, -1 after a pair's second example; an epoch's stream starts at a
+    batch boundary, so its even positions start the pairs."""
+    index, record = element
+    partner = tf.where(previous < 0, index, previous)
+    return tf.where(previous < 0, index, tf.constant(-1, tf.int64)), (index, partner, record)
 
 
 def make_pair_dataset(
@@ -178,12 +189,19 @@ def make_pair_dataset(
       photometric: "host" applies every augmentation here (float32 views); "device" leaves the photometric
         ones to ``augself_tf.augment.finish_views`` in the training step (uint8 views, same draws and ω).
       views: the views of every example and the draws they share (the method's ``view_plan``; default two
-        independent views).
+        independent views). A plan with ``aligned`` steps pairs the examples of every batch: example 2i+1
+        draws those steps from example 2i's seed (``ViewPlan.slot_seeds``). Pairs are formed in the stream's
+        order, which is a function of (seed, epoch, shard) and is cut into batches at even positions (a
+        resume skips whole batches), so they stay inside one batch and are the same after a resume.
+
+    Raises:
+      ValueError: a non-positive or, for aligned pairs, odd ``batch_size``; an unknown ``photometric``.
     """
     if batch_size <= 0:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     if photometric not in PHOTOMETRIC_MODES:
         raise ValueError(f"photometric must be one of {', '.join(PHOTOMETRIC_MODES)}, got {photometric!r}")
+    check_pair_batch(views, batch_size)
     if batches_per_epoch is not None and batches_per_epoch <= 0:
         raise ValueError(f"batches_per_epoch must be positive, got {batches_per_epoch}")
     if isinstance(source, tf.data.Dataset):
@@ -210,12 +228,20 @@ def make_pair_dataset(
         skip = tf.where(tf.equal(epoch, start_epoch), tf.constant(skip_batches, tf.int64), tf.constant(0, tf.int64))
         take = None if batches_per_epoch is None else (batches_per_epoch - skip) * batch_size
         ds = reader.epoch(seed, epoch, shard, skip * batch_size, take, shuffle_buffer)
-        ds = ds.map(
-            lambda i, record: two_views(reader.decode(record), example_seed(seed, epoch, i), config, photometric,
-                                        views),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=deterministic,
-        )
+        if views.aligned:
+            ds = ds.scan(tf.constant(-1, tf.int64), _with_partner).map(
+                lambda i, partner, record: two_views(reader.decode(record), example_seed(seed, epoch, i), config,
+                                                     photometric, views, example_seed(seed, epoch, partner)),
+                num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=deterministic,
+            )
+        else:
+            ds = ds.map(
+                lambda i, record: two_views(reader.decode(record), example_seed(seed, epoch, i), config, photometric,
+                                            views),
+                num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=deterministic,
+            )
         ds = ds.batch(batch_size, drop_remainder=True)
         return ds if batches_per_epoch is None else ds.take(batches_per_epoch - skip)
 

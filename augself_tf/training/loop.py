@@ -15,6 +15,7 @@ import keras
 import tensorflow as tf
 
 from augself_tf.augment import PHOTOMETRIC_MODES, finish_views
+from augself_tf.augment.views import check_pair_batch
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source, pair_records, source_info
 from augself_tf.export.saved_model import export_backbone
@@ -198,6 +199,7 @@ def _train(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> T
     replicas = strategy.num_replicas_in_sync
     if cfg.batch_size % replicas:
         raise ValueError(f"global batch size {cfg.batch_size} is not divisible by the {replicas} replicas")
+    check_pair_batch(view_plan(cfg.model.method, cfg.model.method_options), cfg.batch_size // replicas)
     mode = compile_mode(strategy) if cfg.jit_compile else None
     if mode == CLUSTERS:
         _log(cfg, f"--jit_compile on {replicas} CPU replicas: XLA compiles the step's clusters, the cross-replica "
