@@ -104,3 +104,11 @@ def test_a_registered_objective_needs_its_key_and_weight_flag():
     with pytest.raises(ValueError, match="must have key 'misnamed' and weight option 'misnamed_weight'"):
         OBJECTIVES["misnamed"] = Misnamed
     assert "misnamed" not in OBJECTIVES
+
+
+def test_objectives_views_compose_an_added_view_keeps_the_aligned_pairs():
+    plan = view_plan("simsiam", {"stl_weight": 1.0, "equimod_weight": 1.0})
+    assert plan.aligned and plan.num_views == 3 and plan.views[2].eval_view
+    with OBJECTIVES.registered("myobjective", MyObjective):
+        plan = view_plan("simclr", {"stl_weight": 1.0, "myobjective_weight": 1.0})
+    assert plan.aligned and plan.num_views == 3

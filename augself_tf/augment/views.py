@@ -98,6 +98,10 @@ class ViewPlan:
                     raise ValueError(f"view {j + 1} cannot copy {name!r} from view {source + 1}, the evaluation "
                                      "view (it draws nothing)")
 
+    def with_view(self, view: ViewSpec) -> ViewPlan:
+        """This plan with ``view`` appended (an objective's own view), everything else (aligned steps) kept."""
+        return dataclasses.replace(self, views=(*self.views, view))
+
     @property
     def num_views(self) -> int:
         """N, the views per example."""

@@ -115,7 +115,7 @@ class EquiMod(Objective):
     def extend_views(cls, plan: ViewPlan, options: dict) -> ViewPlan:
         """The run's views and x0, the evaluation view, after them."""
         del options
-        return ViewPlan((*plan.views, ViewSpec(eval_view=True)))
+        return plan.with_view(ViewSpec(eval_view=True))
 
     def build_objective(self, model) -> None:
         # x0's place: after the method's views and those of the objectives extending them before this one
