@@ -17,6 +17,7 @@ from typing import Any
 
 from augself_tf.augment.views import ViewPlan
 from augself_tf.objectives.base import Forward, Objective
+from augself_tf.objectives.essl import ESSL
 from augself_tf.registries import Registry
 
 
@@ -28,7 +29,9 @@ def _check_objective(name: str, cls: type[Objective], registered: Registry) -> N
         raise ValueError(f"objective {name!r} must have key {name!r} and weight option '{name}_weight'")
 
 
-OBJECTIVES: Registry[type[Objective]] = Registry("objective", {}, check=_check_objective)
+OBJECTIVES: Registry[type[Objective]] = Registry("objective", {
+    "essl": ESSL,
+}, check=_check_objective)
 
 
 def enabled_objectives(options: dict[str, Any]) -> list[type[Objective]]:
