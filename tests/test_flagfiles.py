@@ -79,7 +79,7 @@ GROUPS = _groups()
 
 
 def test_there_is_a_flagfile_per_experiment():
-    assert len(NAMES) == 48
+    assert len(NAMES) == 52
     for m in ("simsiam", "moco", "byol", "simclr", "swav"):
         assert {f"stl10_{m}", f"stl10_{m}_augself"} <= set(NAMES)
     for m in ("simsiam", "moco", "supervised"):
@@ -88,6 +88,8 @@ def test_there_is_a_flagfile_per_experiment():
     assert {"imagenet100_moco_cassle", "stl10_simsiam_cassle", "stl10_moco_cassle"} <= set(NAMES)
     # LooC's rows of table:looc_comparison (docs/experiments.md, "LooC").
     assert {"imagenet100_looc_color", "imagenet100_looc_rotation", "imagenet100_looc_color_rotation"} <= set(NAMES)
+    # E-SSL's ImageNet SimCLR and SimSiam rows, baseline and E-SSL (docs/experiments.md, "E-SSL").
+    assert {f"imagenet_{m}{e}" for m in ("simclr", "simsiam") for e in ("", "_essl")} <= set(NAMES)
 
 
 def _expected_augself(name: str) -> tuple[str, ...]:
@@ -121,6 +123,16 @@ def test_flagfile_parses_into_the_paper_settings(name):
         lam = re.search(r"_lambda([\d.]+)$", name)
         assert model.augself_weight == (float(lam.group(1)) if lam else 1.0)
         assert cfg.augment.blur_kernel_size == 9
+    elif name.startswith("imagenet_"):  # E-SSL's ImageNet-1k rows, at its SimSiam row's SGD recipe
+        assert (cfg.dataset, cfg.split, model.backbone, model.width) == ("imagenet2012", "train", "resnet50", 1.0)
+        assert (cfg.augment.image_size, cfg.batch_size, cfg.epochs, cfg.lr, cfg.weight_decay) == \
+            (224, 512, 100, 0.05, 1e-4)
+        assert cfg.augment.blur_kernel_size == 23
+        essl = name.endswith("_essl")
+        assert opts.get("essl_weight") == ({"simclr": 0.4, "simsiam": 0.08}[name.split("_")[1]] if essl else None)
+        if essl:
+            assert (opts["essl_crop_size"], opts["essl_crop_scale"], opts["essl_hidden"]) == (96, "0.05,0.14", 2048)
+            assert opts["essl_bottleneck"] == {"simclr": 128, "simsiam": 256}[name.split("_")[1]]
     else:
         assert name.startswith("imagenet100_")
         assert (cfg.dataset, cfg.split, model.backbone, model.width) == ("imagenet100", "train", "resnet50", 1.0)
@@ -161,8 +173,9 @@ def test_flagfile_parses_into_the_paper_settings(name):
     if model.method == "byol":
         assert (opts["projector_hidden"], opts["projector_dim"], opts["predictor_hidden"]) == (4096, 256, 4096)
         assert opts["target_momentum"] == 0.996
-    if model.method == "simclr":
-        assert (opts["projector_hidden"], opts["projector_dim"], opts["temperature"]) == (512, 128, 0.2)
+    if model.method == "simclr":  # the AugSelf paper's; E-SSL's ImageNet row has a 2048-wide hidden layer
+        wide = name.startswith("imagenet_")
+        assert (opts["projector_hidden"], opts["projector_dim"], opts["temperature"]) == (2048 if wide else 512, 128, 0.2)
     if model.method == "swav":
         assert (opts["projector_hidden"], opts["projector_dim"], opts["num_prototypes"]) == (2048, 128, 100)
         assert (opts["sinkhorn_epsilon"], opts["sinkhorn_iterations"], opts["temperature"]) == (0.05, 3, 0.1)
