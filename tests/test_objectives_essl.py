@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 from conftest import mirrored_cpus
 from helpers import (
+    SMALL,
     assert_replicas_equal_one_device,
     batch,
     compile_model,
@@ -129,6 +130,18 @@ def test_every_method_composes_and_its_crop_is_the_view_after_the_methods_own(me
     want, _ = np_essl(model, b[f"view{n_views}"], k0_of(b, n_views), False)
     np.testing.assert_allclose(float(logs["essl/loss"]), want, rtol=1e-4)
     assert all(math.isfinite(float(v)) for v in logs.values())
+
+
+def test_a_conditioned_projector_and_augself_compose_with_it():
+    """--condition conditions the method's projector on views 1 and 2; E-SSL's loss is unchanged by it."""
+    model = build_method("simsiam", tiny_backbone(), options={**SMALL, "essl_weight": 0.4, **HEAD},
+                         augself=("crop", "color"), condition=("crop", "color"), condition_width=4, condition_depth=2)
+    model.build_all(8)
+    b = essl_batch(5)
+    _, logs, _ = model.compute_losses(b, training=False)
+    want, _ = np_essl(model, b["view3"], k0_of(b, 3), False)
+    np.testing.assert_allclose(float(logs["essl/loss"]), want, rtol=1e-4)
+    assert float(logs["loss/augself"]) > 0
 
 
 def test_the_head_and_the_backbone_train_on_it():
