@@ -38,6 +38,7 @@ EXTERNAL = {
     "hankook/AugSelf (the paper's code)": {"models.py", "trainers.py", "transfer_linear_eval.py",
                                             "transfer_few_shot.py"},
     "mprzewie/AugSelf (CASSLE)": {"pretrain_cond.py", "cond_utils.py", "trainers_cond.py"},
+    "rdangovs/essl (E-SSL)": {"imagenet/simclr/main.py", "imagenet/simsiam/main.py", "cifar10/main.py"},
     "kornia": {"random_generator.py"},
     "NVIDIA/DeepLearningExamples": {"TensorFlow/Classification/ConvNets/resnet50v1.5/README.md"},
 }
