@@ -289,7 +289,7 @@ def test_essl_is_registered_once_with_its_flags():
 def test_a_two_replica_run_with_augself_exports_the_backbone_alone(tmp_path):
     cfg = tiny_run(str(tmp_path / "run"), method="simclr", cpu_replicas=2, max_steps=2, export=True,
                    method_options={"projector_hidden": 32, "projector_dim": 16, "essl_weight": 0.4,
-                                   "essl_hidden": 16, "essl_bottleneck": 8})
+                                   "essl_hidden": 16, "essl_bottleneck": 8, "essl_crop_size": 8.0})
     result = train(cfg)
     assert result.steps == 2 and all(np.isfinite(v) for v in result.last_logs.values())
     assert "essl/loss" in result.last_logs
