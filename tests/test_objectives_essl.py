@@ -1,6 +1,6 @@
 """E-SSL (``--essl_weight``, augself_tf/objectives/essl.py): the 4-way rotation loss on an extra small crop, against
 NumPy; its view from the input pipeline (own size and crop range, host = device, two-view batches unchanged);
-2 replicas = 1 device; the export; exact resume after kill -9; bad options in one line."""
+2 replicas = 1 device; the export; exact resume after kill -9; bad options in one line.
 
 from __future__ import annotations
 
@@ -218,14 +218,15 @@ def test_host_and_device_modes_agree_on_the_extra_crop_with_its_own_blur_kernel(
                 np.testing.assert_array_equal(finished[f"omega{j}"][key].numpy(), value.numpy(), err_msg=key)
 
 
-def test_views_one_and_two_are_the_two_view_pipelines_and_replay_exactly():
-    """E-SSL adds a view and changes none of the others: the two-view batch's views and ω to the byte."""
+def test_views_one_and_two_are_the_two_view_pipelines():
+    """E-SSL adds a view and changes none of the others: the two-view batch's views and ω to the byte (exact replay
+    across a resume: the kill -9 test below)."""
     pair = next(iter(make_pair_dataset(load_source("shapes", "test"), CONFIG, seed=3, batch_size=8,
                                        shuffle_buffer=100, start_epoch=1).take(1)))
-    a, again = (next(iter(_stream({}).take(1))) for _ in range(2))
+    a = next(iter(_stream({}).take(1)))
+    assert set(a) == {*pair, "view3", "omega3"}
     for key in pair:
         tf.nest.map_structure(lambda x, y: np.testing.assert_array_equal(x.numpy(), y.numpy()), pair[key], a[key])
-    tf.nest.map_structure(lambda x, y: np.testing.assert_array_equal(x.numpy(), y.numpy()), a, again)
 
 
 def test_a_view_spec_without_size_or_range_is_the_run_itself():
