@@ -1,6 +1,6 @@
 """E-SSL (``--essl_weight``, augself_tf/objectives/essl.py): the 4-way rotation loss on an extra small crop, against
 NumPy; its view from the input pipeline (own size and crop range, host = device, two-view batches unchanged);
-2 replicas = 1 device; the export; exact resume after kill -9; bad options in one line.
+2 replicas = 1 device; the export; exact resume after kill -9; bad options in one line."""
 
 from __future__ import annotations
 
