@@ -43,7 +43,8 @@ EXTERNAL = {
     "NVIDIA/DeepLearningExamples": {"TensorFlow/Classification/ConvNets/resnet50v1.5/README.md"},
 }
 # Files the docs' how-to sections write as examples ("adding a source is one file: ..."): they name new files.
-EXAMPLES = {"augself_tf/data/solid.py", "augself_tf/methods/mymethod.py", "augself_tf/objectives/myobjective.py", "augself_tf/evaluation/protocols/featdim.py"}
+EXAMPLES = {"augself_tf/data/solid.py", "augself_tf/methods/mymethod.py", "augself_tf/objectives/myobjective.py",
+            "augself_tf/evaluation/protocols/featdim.py"}
 NOT_OURS = set().union(*EXTERNAL.values()) | EXAMPLES
 EXTENSIONS = (".py", ".md", ".cfg", ".txt", ".toml", ".png", ".json", ".csv", ".sh", ".yml", ".yaml", ".tex")
 PACKAGES = ("augself_tf", "bench", "reproduce", "tests")

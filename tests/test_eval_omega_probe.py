@@ -110,8 +110,8 @@ def test_the_probe_reads_at_least_what_an_augself_head_reads(tmp_path):
     import keras
 
     from augself_tf.losses.augself_heads import ordered_pairs, tanh_mse
-    from augself_tf.objectives.augself import AUGSELF_HIDDEN
     from augself_tf.models.resnet import mlp
+    from augself_tf.objectives.augself import AUGSELF_HIDDEN
 
     (d1, d2), targets = _views_of_omega(900, seed=6)
     rng = np.random.default_rng(3)

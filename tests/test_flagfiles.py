@@ -175,7 +175,8 @@ def test_flagfile_parses_into_the_paper_settings(name):
         assert opts["target_momentum"] == 0.996
     if model.method == "simclr":  # the AugSelf paper's; E-SSL's ImageNet row has a 2048-wide hidden layer
         wide = name.startswith("imagenet_")
-        assert (opts["projector_hidden"], opts["projector_dim"], opts["temperature"]) == (2048 if wide else 512, 128, 0.2)
+        assert (opts["projector_hidden"], opts["projector_dim"], opts["temperature"]) == \
+            (2048 if wide else 512, 128, 0.2)
     if model.method == "swav":
         assert (opts["projector_hidden"], opts["projector_dim"], opts["num_prototypes"]) == (2048, 128, 100)
         assert (opts["sinkhorn_epsilon"], opts["sinkhorn_iterations"], opts["temperature"]) == (0.05, 3, 0.1)
