@@ -79,7 +79,7 @@ GROUPS = _groups()
 
 
 def test_there_is_a_flagfile_per_experiment():
-    assert len(NAMES) == 52
+    assert len(NAMES) == 56
     for m in ("simsiam", "moco", "byol", "simclr", "swav"):
         assert {f"stl10_{m}", f"stl10_{m}_augself"} <= set(NAMES)
     for m in ("simsiam", "moco", "supervised"):
@@ -92,6 +92,8 @@ def test_there_is_a_flagfile_per_experiment():
     assert {"cifar10_equimod_simclr", "cifar10_equimod_byol"} <= set(NAMES)
     # STL (docs/experiments.md, "STL"): its own loss (SimCLR's invariance) and SimSiam's in its place.
     assert {"stl10_simclr_stl", "stl10_simsiam_stl"} <= set(NAMES)
+    # E-SSL's ImageNet SimCLR and SimSiam rows, baseline and E-SSL (docs/experiments.md, "E-SSL").
+    assert {f"imagenet_{m}{e}" for m in ("simclr", "simsiam") for e in ("", "_essl")} <= set(NAMES)
 
 
 def _expected_augself(name: str) -> tuple[str, ...]:
@@ -128,6 +130,16 @@ def test_flagfile_parses_into_the_paper_settings(name):
         lam = re.search(r"_lambda([\d.]+)$", name)
         assert model.augself_weight == (float(lam.group(1)) if lam else 1.0)
         assert cfg.augment.blur_kernel_size == 9
+    elif name.startswith("imagenet_"):  # E-SSL's ImageNet-1k rows, at its SimSiam row's SGD recipe
+        assert (cfg.dataset, cfg.split, model.backbone, model.width) == ("imagenet2012", "train", "resnet50", 1.0)
+        assert (cfg.augment.image_size, cfg.batch_size, cfg.epochs, cfg.lr, cfg.weight_decay) == \
+            (224, 512, 100, 0.05, 1e-4)
+        assert cfg.augment.blur_kernel_size == 23
+        essl = name.endswith("_essl")
+        assert opts.get("essl_weight") == ({"simclr": 0.4, "simsiam": 0.08}[name.split("_")[1]] if essl else None)
+        if essl:
+            assert (opts["essl_crop_size"], opts["essl_crop_scale"], opts["essl_hidden"]) == (96, "0.05,0.14", 2048)
+            assert opts["essl_bottleneck"] == {"simclr": 128, "simsiam": 256}[name.split("_")[1]]
     else:
         assert name.startswith("imagenet100_")
         assert (cfg.dataset, cfg.split, model.backbone, model.width) == ("imagenet100", "train", "resnet50", 1.0)
@@ -168,8 +180,10 @@ def test_flagfile_parses_into_the_paper_settings(name):
     if model.method == "byol":
         assert (opts["projector_hidden"], opts["projector_dim"], opts["predictor_hidden"]) == (4096, 256, 4096)
         assert opts["target_momentum"] == 0.996
-    if model.method == "simclr":
-        assert (opts["projector_hidden"], opts["projector_dim"], opts["temperature"]) == (512, 128, 0.2)
+    if model.method == "simclr":  # the AugSelf paper's; E-SSL's ImageNet row has a 2048-wide hidden layer
+        wide = name.startswith("imagenet_")
+        assert (opts["projector_hidden"], opts["projector_dim"], opts["temperature"]) == \
+            (2048 if wide else 512, 128, 0.2)
     if name.endswith("_stl"):  # STL's main.py / README: --equi 1 --trans 0.1 --temperature 0.2, 128-128, 512-128
         assert (opts["stl_weight"], opts["stl_trans_weight"], opts["stl_temperature"]) == (1.0, 0.1, 0.2)
         assert (opts["stl_trans_dim"], opts["stl_projector_hidden"], opts["stl_projector_dim"]) == (128, 512, 128)
@@ -355,7 +369,8 @@ def test_every_flagfile_parses_to_the_config_it_did_before_settings_were_declare
         snapshot = json.load(f)
     # Flagfiles of settings the old code did not have cannot be in its snapshot: each is named here instead.
     newer = {"stl10_simclr_stl", "stl10_simsiam_stl",  # STL (--stl_weight)
-             "cifar10_equimod_simclr", "cifar10_equimod_byol"}  # EquiMod (--equimod_weight)
+             "cifar10_equimod_simclr", "cifar10_equimod_byol",  # EquiMod (--equimod_weight)
+             *(f"imagenet_{m}{e}" for m in ("simclr", "simsiam") for e in ("", "_essl"))}  # E-SSL's rows
     assert set(snapshot) == {"(no flags)", *(n + ".cfg" for n in NAMES if n not in newer)}
     for name, before in snapshot.items():
         now = _as_before(parse_argv([]) if name == "(no flags)" else parse(name[: -len(".cfg")]))

@@ -96,22 +96,24 @@ def augment_views(
 
     Returns {view1, omega1, ..., viewN, omegaN} (``augment_view``'s views and ω) or, with
     ``photometric="device"``, uint8 views, ω and the device steps' draws {..., device1, ..., deviceN}
-    (``augment_view_for_device``'s), for ``finish_views``. View j copies the draws ``plan`` says it shares,
-    and the draws of the plan's aligned steps come from ``pair_seed``, the partner example's seed, if given.
+    (``augment_view_for_device``'s), for ``finish_views``. View j copies the draws ``plan`` says it shares, at
+    its own size and crop range where its `ViewSpec` declares them, and the draws of the plan's aligned steps come
+    from ``pair_seed``, the partner example's seed, if given.
     """
     if photometric not in PHOTOMETRIC_MODES:
         raise ValueError(f"photometric must be one of {', '.join(PHOTOMETRIC_MODES)}, got {photometric!r}")
     out = {}
-    for j, seeds in enumerate(plan.slot_seeds(seed, pair_seed)):
+    for j, (spec, seeds) in enumerate(zip(plan.views, plan.slot_seeds(seed, pair_seed), strict=True)):
         view_key, omega_key, params_key = view_keys(j)
-        if plan.views[j].eval_view:
+        view_config = spec.config_for(config)
+        if spec.eval_view:
             # float32 in both modes, with no device-stage draws: finish_views only casts it, so its pixels are
             # the evaluation view's exactly, whichever mode made the batch
             out[view_key], out[omega_key] = eval_view_of(image, config)
         elif photometric == "device":
-            out[view_key], out[omega_key], out[params_key] = _device_view(image, seeds, config)
+            out[view_key], out[omega_key], out[params_key] = _device_view(image, seeds, view_config)
         else:
-            out[view_key], out[omega_key] = _run(image, seeds, config, None)
+            out[view_key], out[omega_key] = _run(image, seeds, view_config, None)
     return out
 
 
@@ -160,15 +162,23 @@ def finish_views(batch: Mapping[str, tf.Tensor], config: AugmentConfig) -> dict:
             continue
         x = tf.cast(views, tf.float32) / 255.0
         measured = {}
+        view_config = _sized(config, views.shape[1])
         for step in registry.PIPELINE:
             if step.stage == DEVICE:
                 params = batch[params_key][step.name]
-                before, x = x, step.transform_batch(x, params, config)
-                measured.update(step.measure(before, x, params, config))
+                before, x = x, step.transform_batch(x, params, view_config)
+                measured.update(step.measure(before, x, params, view_config))
         out[view_key] = tf.clip_by_value(x, 0.0, 1.0)
         if measured:
             out[omega_key] = {**batch.get(omega_key, {}), **measured}
     return out
+
+
+def _sized(config: AugmentConfig, size: int | None) -> AugmentConfig:
+    """``config`` for a view of side ``size`` (a view of its own size: the blur kernel follows the view's side)."""
+    if size is None or size == config.image_size:
+        return config
+    return dataclasses.replace(config, image_size=int(size))
 
 
 def omega_diff(omega1: Mapping[str, tf.Tensor], omega2: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:

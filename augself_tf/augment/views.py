@@ -31,10 +31,12 @@ every other step stays its own. The pairing is the input pipeline's (``augself_t
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import tensorflow as tf
 
 from augself_tf.augment import registry
+from augself_tf.augment.augment_config import AugmentConfig
 
 
 def copyable_steps() -> list[str]:
@@ -54,14 +56,46 @@ def check_copyable(name: str, what: str = "a shared step") -> None:
 
 @dataclasses.dataclass(frozen=True)
 class ViewSpec:
-    """One view: the steps whose draws it copies, as ``((step name, index of the source view), ...)``.
+    """One view: the steps whose draws it copies, as ``((step name, index of the source view), ...)``, and
+    optionally its own output size and crop area range (E-SSL's small extra crop).
 
-    A view with no shared step draws every augmentation afresh from its own seed. ``eval_view``: the view is
+    A view with no shared step draws every augmentation afresh from its own seed. Its size is ``image_size``
+    pixels, or ``size_fraction`` of the run's ``--image_size`` (rounded half up), or the run's; its crop area
+    range is ``crop_scale`` (lo, hi), or the run's. Every other setting is the run's. ``eval_view``: the view is
     the image's evaluation view instead (resize + centre crop, no augmentation, ω of the identity).
     """
 
     shares: tuple[tuple[str, int], ...] = ()
     eval_view: bool = False
+    image_size: int | None = None
+    size_fraction: float | None = None
+    crop_scale: tuple[float, float] | None = None
+
+    def config_for(self, config: AugmentConfig) -> AugmentConfig:
+        """The run's augmentation settings as this view takes them: ``config`` itself for a view of the run's
+        size and crop range (so a plan without such views runs exactly what it ran before)."""
+        if self.image_size is None and self.size_fraction is None and self.crop_scale is None:
+            return config
+        size = self.image_size
+        if size is None:
+            size = config.image_size if self.size_fraction is None else \
+                max(1, math.floor(self.size_fraction * config.image_size + 0.5))
+        lo, hi = self.crop_scale if self.crop_scale is not None else config.crop_scale
+        return dataclasses.replace(config, image_size=int(size), crop_min_scale=lo, crop_max_scale=hi)
+
+    def check(self, number: int) -> None:
+        """Raises ValueError (one line naming view ``number``) for a size or crop range no view can have."""
+        if self.image_size is not None and self.size_fraction is not None:
+            raise ValueError(f"view {number} gives both image_size and size_fraction; give one")
+        if self.image_size is not None and (isinstance(self.image_size, bool) or not isinstance(self.image_size, int)
+                                            or self.image_size < 1):
+            raise ValueError(f"view {number}: image_size must be a positive int, got {self.image_size!r}")
+        if self.size_fraction is not None and not 0.0 < self.size_fraction <= 1.0:
+            raise ValueError(f"view {number}: size_fraction must be in (0, 1], got {self.size_fraction!r}")
+        if self.crop_scale is not None:
+            lo, hi = self.crop_scale
+            if not 0.0 < lo <= hi <= 1.0:
+                raise ValueError(f"view {number}: crop_scale must satisfy 0 < lo <= hi <= 1, got ({lo}, {hi})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +119,7 @@ class ViewPlan:
         for name in self.aligned:
             check_copyable(name, "an aligned step")
         for j, view in enumerate(self.views):
+            view.check(j + 1)
             names = [name for name, _ in view.shares]
             if len(set(names)) != len(names):
                 raise ValueError(f"view {j + 1} shares a step twice: {names}")

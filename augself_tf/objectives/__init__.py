@@ -18,6 +18,7 @@ from typing import Any
 from augself_tf.augment.views import ViewPlan
 from augself_tf.objectives.base import Forward, Objective
 from augself_tf.objectives.equimod import EquiMod
+from augself_tf.objectives.essl import ESSL
 from augself_tf.objectives.stl import STL
 from augself_tf.registries import Registry
 
@@ -33,6 +34,7 @@ def _check_objective(name: str, cls: type[Objective], registered: Registry) -> N
 OBJECTIVES: Registry[type[Objective]] = Registry("objective", {
     "equimod": EquiMod,
     "stl": STL,
+    "essl": ESSL,
 }, check=_check_objective)
 
 
