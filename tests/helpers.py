@@ -134,9 +134,9 @@ def run_steps(model: AugSelfModel, batches: list[dict], strategy: tf.distribute.
 
 
 def eager_steps(model: AugSelfModel, batches: list[dict]) -> list[dict]:
-    """Per-step logs of `model.train_step` run eagerly on one device, op by op: the reference a traced or
-    distributed step is compared with. The same step code as `run_steps` without a strategy, minus the trace and
-    graph instantiation (seconds per model on a loaded 2-core machine, milliseconds of compute here)."""
+    """Per-step logs of `model.train_step` run eagerly on one device, op by op: for tests of a step's arithmetic
+    (two models' steps compared, an update rule checked), where the trace and graph instantiation `run_steps`
+    pays (a few CPU seconds per model) would be most of the test. Tests that a step traces keep `run_steps`."""
     return [{k: float(v) for k, v in model.train_step(tf.nest.map_structure(tf.convert_to_tensor, b)).items()}
             for b in batches]
 

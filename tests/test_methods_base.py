@@ -15,7 +15,6 @@ from helpers import (
     assert_replicas_equal_one_device,
     batch,
     compile_model,
-    eager_steps,
     make_model,
     omega,
     replica_values,
@@ -280,7 +279,7 @@ def test_two_replicas_equal_one_device_on_the_same_global_batch(method, reductio
     b = batch(seed, n=8, size=size)
     single = make_model(method, sync=True, image_size=size, **options)
     compile_model(single)
-    one = eager_steps(single, [b])[0]  # the reference: the same step, untraced
+    one = run_steps(single, [b])[0]
     strategy = mirrored_cpus(reduction)
     with strategy.scope():
         double = make_model(method, sync=True, image_size=size, **options)
