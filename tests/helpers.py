@@ -133,6 +133,14 @@ def run_steps(model: AugSelfModel, batches: list[dict], strategy: tf.distribute.
     return logs
 
 
+def eager_steps(model: AugSelfModel, batches: list[dict]) -> list[dict]:
+    """Per-step logs of `model.train_step` run eagerly on one device, op by op: for tests of a step's arithmetic
+    (two models' steps compared, an update rule checked), where the trace and graph instantiation `run_steps`
+    pays (a few CPU seconds per model) would be most of the test. Tests that a step traces keep `run_steps`."""
+    return [{k: float(v) for k, v in model.train_step(tf.nest.map_structure(tf.convert_to_tensor, b)).items()}
+            for b in batches]
+
+
 def replica_values(var) -> list[np.ndarray]:
     """Values of a Keras variable on every replica (one entry when not mirrored)."""
     tf_var = getattr(var, "value", var)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import each_method, mirrored_cpus
-from helpers import SMALL, batch, compile_model, replica_values, run_steps, tiny_backbone, tiny_run
+from helpers import SMALL, batch, compile_model, eager_steps, replica_values, run_steps, tiny_backbone, tiny_run
 from test_augment import GRAY, NP_JITTER, np_blur, random_image, rebuild_from_crop
 
 from augself_tf.augment import AugmentConfig, augment_view, finish_views, registry
@@ -156,7 +156,8 @@ def test_condition_none_is_the_model_and_step_of_today(method):
     b = batch(0)  # AugSelf's ω only: no grayscale or colour-shift entry is needed
     for model in (plain, off):
         compile_model(model)
-    logs_plain, logs_off = run_steps(plain, [b]), run_steps(off, [b])
+    # Untraced: the two steps' code and arithmetic are compared; the plain step's trace is every method test's.
+    logs_plain, logs_off = eager_steps(plain, [b]), eager_steps(off, [b])
     assert logs_plain == logs_off
     for a, c in zip(plain.weights, off.weights, strict=True):
         np.testing.assert_array_equal(a.numpy(), c.numpy(), err_msg=a.path)
@@ -210,7 +211,7 @@ def test_the_momentum_target_has_its_own_ema_omega_mlp(method, encoder):
         np.testing.assert_array_equal(o.numpy(), t.numpy())
     compile_model(model, lr=0.5)
     before = [t.numpy() for _, t in pairs]
-    run_steps(model, [conditioned_batch(1)])
+    eager_steps(model, [conditioned_batch(1)])  # the update's arithmetic (test_condition_kinds traces such steps)
     m = model.key_momentum if method == "moco" else float(model.current_tau())
     moved = 0
     for (o, t), old in zip(pairs, before, strict=True):

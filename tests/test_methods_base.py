@@ -230,7 +230,9 @@ def test_a_toy_method_is_one_class_and_one_registry_line():
 # ----------------------------------------------------------------------------- the train step
 @pytest.mark.parametrize("method", ["none", "simsiam", "moco"])
 def test_augself_loss_falls_on_a_fixed_batch(method):
-    model = make_model(method, augself=("crop", "color"), resnet=True, image_size=16, queue_size=16,
+    # The tiny backbone: the heads and the backbone learn from the summed loss as on a ResNet (on either, the loss is
+    # under 0.21x its first value by step 10, under 0.04x by step 30), without the ResNet step's trace.
+    model = make_model(method, augself=("crop", "color"), image_size=16, queue_size=16,
                        projector_dim=16, projector_hidden=16, predictor_hidden=8)
     compile_model(model, lr=0.1)
     logs = run_steps(model, [batch(2, n=16, size=16)] * 30)
