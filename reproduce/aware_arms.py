@@ -92,7 +92,8 @@ def pilot_winner(entries: Iterable[dict], pilot: list[Arm], score) -> str | None
 
 
 def aware_arms(epochs: int | None = None, width: float | None = None, winner: str | None = None) -> list[Arm]:
-    """The suite's arms, cheapest and most informative first (the runs advance over several sessions).
+    """The suite's arms, most informative first (the runs advance over several sessions): seed 0 of every SimSiam
+    row (the family beside AugSelf, then the CASSLE pilot), the SimCLR rows, then seeds 1 and 2.
 
     ``winner`` is the CASSLE kind that won the seed-0 pilot (:func:`pilot_winner`); its seeds 1 and 2 are listed
     once it is known. ``epochs`` / ``width`` replace the budget's (new settings, so new ids).
@@ -108,10 +109,9 @@ def aware_arms(epochs: int | None = None, width: float | None = None, winner: st
     def family(method: str, seed: int) -> list[Arm]:
         return [aware_arm(method, seed, tiny, flags=(OBJECTIVE_FLAGS[name],)) for name in OBJECTIVE_FLAGS]
 
-    arms = simsiam_pair(0)
+    arms = simsiam_pair(0) + family("simsiam", 0)
     arms += [aware_arm("simsiam", 0, tiny, condition=CASSLE_SET, flags=cassle_flags(k)) for k in CONDITION_KINDS]
-    arms += [aware_arm("simclr", 0, tiny), aware_arm("simclr", 0, tiny, augself=aug)]
-    arms += family("simsiam", 0) + family("simclr", 0)
+    arms += [aware_arm("simclr", 0, tiny), aware_arm("simclr", 0, tiny, augself=aug)] + family("simclr", 0)
     for seed in SEEDS[1:]:
         arms += simsiam_pair(seed)
         if winner:
