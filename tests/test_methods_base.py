@@ -29,6 +29,7 @@ from augself_tf.methods.augself_model import AugSelfModel
 from augself_tf.methods.moco import MoCo
 from augself_tf.methods.simclr import SimCLR
 from augself_tf.models.resnet import mlp
+from augself_tf.objectives import OBJECTIVES
 
 B = 6
 
@@ -126,7 +127,7 @@ def test_a_shared_option_is_one_flag_whose_help_lists_each_methods_default():
     for name in ("temperature", "projector_dim", "queue_size", "num_prototypes"):
         assert values[name].default is None  # unset: each method's own default
     users = {}
-    for method, cls in METHODS.items():
+    for method, cls in [*METHODS.items(), *OBJECTIVES.items()]:  # the objectives' options are flags beside them
         for f in dataclasses.fields(cls.Options):
             if "help" in f.metadata:
                 users.setdefault(f.name, []).append(f"{method}: {f.default}")

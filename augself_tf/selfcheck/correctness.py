@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import tensorflow as tf
 
-from augself_tf.runtime.strategy import check_compiled_replicas
+from augself_tf.runtime.strategy import REPLICA_FUNCTION, compile_mode
 from augself_tf.selfcheck.harness import (
     Builder,
     Setup,
@@ -160,10 +160,9 @@ def xla_compiles(strategy: tf.distribute.Strategy, setup: Setup) -> Check:
     """The replica step of ``setup`` XLA-compiled (``--jit_compile``) with the photometric stage inside, as an
     accelerator runs it: on every replica where XLA has collectives (GPU, TPU), else on one device.
     ``setup.batch_size`` is per replica here."""
-    try:
-        check_compiled_replicas(strategy)
+    if compile_mode(strategy) == REPLICA_FUNCTION:
         target, where = strategy, f"{strategy.num_replicas_in_sync} replica(s)"
-    except ValueError:
+    else:  # several CPU replicas compile clusters around the collectives, not the accelerator's replica function
         target = tf.distribute.OneDeviceStrategy(strategy.extended.worker_devices[0])
         where = (f"one device (XLA in TensorFlow {tf.__version__} compiles no cross-replica all-reduce on CPU "
                  "devices)")
