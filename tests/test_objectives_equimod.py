@@ -19,7 +19,7 @@ from helpers import (
     tiny_run,
     unit,
 )
-from test_resume import _launch, _values, _wait
+from kill_resume import assert_bit_identical, kill_9_then_resume
 
 from augself_tf.augment import AugmentConfig, finish_views
 from augself_tf.augment.views import TWO_VIEWS, ViewPlan, ViewSpec
@@ -256,30 +256,6 @@ EQUIMOD_RUN = ("--method=simclr", "--equimod_weight=1", "--equimod_hidden=32", "
 def test_kill_9_then_the_same_command_ends_bit_identical(tmp_path):
     """Two replicas, --deterministic, device mode (x0 rides as float32 beside uint8 views): SIGKILL after step 2's
     checkpoint, rerun the command, compare every checkpointed tensor."""
-    import signal
-    import time
-
-    full, killed = str(tmp_path / "full"), str(tmp_path / "killed")
-    reference = _launch(full, str(tmp_path / "full.log"), EQUIMOD_RUN)
-    victim = _launch(killed, str(tmp_path / "killed.log"), EQUIMOD_RUN)
-    ckpts = str(tmp_path / "killed" / "checkpoints")
-    deadline = time.time() + 900
-    while time.time() < deadline and victim.poll() is None:
-        latest = tf.train.latest_checkpoint(ckpts) if tf.io.gfile.exists(ckpts) else None
-        if latest is not None and int(latest.rsplit("-", 1)[1]) >= 2:
-            break
-        time.sleep(0.02)
-    assert victim.poll() is None, "the run ended before it could be killed mid-run"
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    left = tf.train.latest_checkpoint(ckpts)
-    assert left is not None and int(left.rsplit("-", 1)[1]) < 5, left
-    resumed = _launch(killed, str(tmp_path / "resumed.log"), EQUIMOD_RUN)
-    _wait(reference, str(tmp_path / "full.log"), timeout=900)
-    _wait(resumed, str(tmp_path / "resumed.log"), timeout=900)
-    with open(tmp_path / "resumed.log") as f:
-        assert f"Resumed from {left}" in f.read()
-    a, b = _values(full), _values(killed)
-    assert a.keys() == b.keys() and any("equimod_predictor" in k for k in a)
-    different = [k for k in a if not np.array_equal(a[k], b[k])]
-    assert not different, f"{len(different)} of {len(a)} tensors differ, e.g. {different[:3]}"
+    a, b = kill_9_then_resume(tmp_path, EQUIMOD_RUN, kill_after=2, steps=5)
+    assert any("equimod_predictor" in k for k in a)
+    assert_bit_identical(a, b)

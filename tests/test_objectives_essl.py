@@ -5,9 +5,6 @@ NumPy; its view from the input pipeline (own size and crop range, host = device,
 from __future__ import annotations
 
 import math
-import os
-import signal
-import time
 
 import keras
 import numpy as np
@@ -24,7 +21,7 @@ from helpers import (
     tiny_backbone,
     tiny_run,
 )
-from test_resume import _launch, _values, _wait
+from kill_resume import assert_bit_identical, kill_9_then_resume
 
 from augself_tf.augment import AugmentConfig, ViewPlan, ViewSpec, finish_views
 from augself_tf.data.pretrain import make_pair_dataset
@@ -311,28 +308,7 @@ ESSL_RUN = ("--method=simsiam", "--augself=crop,color", "--essl_weight=0.4", "--
 @pytest.mark.slow
 def test_kill_9_mid_run_then_the_same_command_ends_bit_identical(tmp_path):
     """Two replicas, --deterministic, device mode (the crop's own blur kernel in the step): as tests/test_resume.py."""
-    full, killed = str(tmp_path / "full"), str(tmp_path / "killed")
-    reference = _launch(full, str(tmp_path / "full.log"), ESSL_RUN)
-    victim = _launch(killed, str(tmp_path / "killed.log"), ESSL_RUN)
-    ckpts = os.path.join(killed, "checkpoints")
-    deadline = time.time() + 900
-    while time.time() < deadline and victim.poll() is None:
-        latest = tf.train.latest_checkpoint(ckpts) if os.path.exists(ckpts) else None
-        if latest is not None and int(latest.rsplit("-", 1)[1]) >= 2:
-            break
-        time.sleep(0.02)
-    assert victim.poll() is None, "the run ended before it could be killed mid-run"
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    left = tf.train.latest_checkpoint(ckpts)
-    assert left is not None and int(left.rsplit("-", 1)[1]) < 5, left
-    resumed = _launch(killed, str(tmp_path / "resumed.log"), ESSL_RUN)
-    _wait(reference, str(tmp_path / "full.log"), timeout=900)
-    _wait(resumed, str(tmp_path / "resumed.log"), timeout=900)
-    with open(tmp_path / "resumed.log") as f:
-        assert f"Resumed from {left}" in f.read()
-    a, b = _values(full), _values(killed)
-    assert a.keys() == b.keys() and any("essl_head" in k for k in a)
+    a, b = kill_9_then_resume(tmp_path, ESSL_RUN, kill_after=2, steps=5)
+    assert any("essl_head" in k for k in a)
     assert int(a[saved_name("optimizer/torch_sgd/iteration")]) == 5
-    different = [k for k in a if not np.array_equal(a[k], b[k])]
-    assert not different, f"{len(different)} of {len(a)} tensors differ, e.g. {different[:3]}"
+    assert_bit_identical(a, b)

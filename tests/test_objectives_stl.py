@@ -5,9 +5,6 @@ resume. The NumPy side reads the heads' weights by name; none of our layer code 
 from __future__ import annotations
 
 import dataclasses
-import os
-import signal
-import time
 
 import numpy as np
 import pytest
@@ -22,7 +19,7 @@ from helpers import (
     run_steps,
     tiny_run,
 )
-from test_resume import _launch, _values, _wait
+from kill_resume import assert_bit_identical, kill_9_then_resume
 from test_views import CONFIGS, PINNED, _digest
 
 from augself_tf.augment import AugmentConfig, finish_views
@@ -276,28 +273,7 @@ SIMSIAM_STL = ("--method=simsiam", "--stl_weight=1", "--stl_equi_dim=8", "--augs
 def test_kill_9_mid_epoch_then_same_command_ends_bit_identical(tmp_path):
     """tests/test_resume.py's pattern on 2 replicas, --deterministic: STL's heads, optimizer state and the aligned
     pairs of the resumed steps must replay exactly."""
-    full, killed = str(tmp_path / "full"), str(tmp_path / "killed")
-    reference = _launch(full, str(tmp_path / "full.log"), SIMSIAM_STL)
-    victim = _launch(killed, str(tmp_path / "killed.log"), SIMSIAM_STL)
-    ckpts = os.path.join(killed, "checkpoints")
-    deadline = time.time() + 900
-    while time.time() < deadline and victim.poll() is None:
-        latest = tf.train.latest_checkpoint(ckpts) if os.path.exists(ckpts) else None
-        if latest is not None and int(latest.rsplit("-", 1)[1]) >= 2:
-            break
-        time.sleep(0.02)
-    assert victim.poll() is None, "the run ended before it could be killed mid-run"
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    left = tf.train.latest_checkpoint(ckpts)
-    assert left is not None and int(left.rsplit("-", 1)[1]) < 5, left
-    resumed = _launch(killed, str(tmp_path / "resumed.log"), SIMSIAM_STL)
-    _wait(reference, str(tmp_path / "full.log"), timeout=900)
-    _wait(resumed, str(tmp_path / "resumed.log"), timeout=900)
-    with open(tmp_path / "resumed.log") as f:
-        assert f"Resumed from {left}" in f.read()
-    a, b = _values(full), _values(killed)
-    assert a.keys() == b.keys() and any("stl_hypernet" in k for k in a)
+    a, b = kill_9_then_resume(tmp_path, SIMSIAM_STL, kill_after=2, steps=5)
+    assert any("stl_hypernet" in k for k in a)
     assert int(a[saved_name("optimizer/torch_sgd/iteration")]) == 5
-    different = [k for k in a if not np.array_equal(a[k], b[k])]
-    assert not different, f"{len(different)} of {len(a)} tensors differ, e.g. {different[:3]}"
+    assert_bit_identical(a, b)

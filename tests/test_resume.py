@@ -4,15 +4,12 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import mirrored_cpus
+from kill_resume import assert_bit_identical, kill_9_then_resume
 
 from augself_tf.augment import AugmentConfig
 from augself_tf.training.checkpoints import saved_name
@@ -92,25 +89,6 @@ SIMSIAM_HOST = ("--method=simsiam", "--augself=crop,color", "--batch_size=128", 
                 "--log_every=1", "--noexport")
 
 
-def _launch(model_dir: str, log_path: str, args: tuple[str, ...]) -> subprocess.Popen:
-    cmd = [sys.executable, os.path.join(ROOT, "train_main.py"), "--deterministic", "--cpu_replicas=2", *args,
-           f"--model_dir={model_dir}"]
-    log = open(log_path, "w")  # noqa: SIM115 (closed by the child's exit)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-
-def _values(model_dir: str) -> dict:
-    reader = tf.train.load_checkpoint(os.path.join(model_dir, "checkpoints"))
-    return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map() if "save_counter" not in k}
-
-
-def _wait(proc: subprocess.Popen, log_path: str, timeout: float = 600) -> None:
-    code = proc.wait(timeout=timeout)
-    with open(log_path) as f:
-        assert code == 0, f.read()[-3000:]
-
-
 # Conditioned projectors (CASSLE) add the ω-embedding MLPs (online and momentum) and the device-measured colour
 # shift to what must replay exactly.
 CONDITIONED = ("--condition=crop,color,color_diff,blur,grayscale", "--condition_width=8", "--condition_depth=2")
@@ -133,32 +111,8 @@ SIMSIAM_HYPERNET = ("--method=simsiam", "--augself=crop,color", "--dataset=shape
 @pytest.mark.slow
 def test_kill_9_mid_epoch_then_same_command_ends_bit_identical(tmp_path, args, kill_after, steps):
     """Two replicas, --deterministic: SIGKILL after a mid-epoch checkpoint, rerun the command, compare bits."""
-    full, killed = str(tmp_path / "full"), str(tmp_path / "killed")
-    reference = _launch(full, str(tmp_path / "full.log"), args)
-    victim = _launch(killed, str(tmp_path / "killed.log"), args)
-    ckpts = os.path.join(killed, "checkpoints")
-    deadline = time.time() + 900
-    while time.time() < deadline and victim.poll() is None:
-        # The checkpoint's own files come before the manifest naming it: wait for the manifest, or a kill in
-        # between leaves no checkpoint to resume from (the resumed run would rightly start from scratch).
-        latest = tf.train.latest_checkpoint(ckpts) if os.path.exists(ckpts) else None
-        if latest is not None and int(latest.rsplit("-", 1)[1]) >= kill_after:
-            break
-        time.sleep(0.02)
-    assert victim.poll() is None, "the run ended before it could be killed mid-run"
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    left = tf.train.latest_checkpoint(ckpts)
-    assert left is not None and int(left.rsplit("-", 1)[1]) < steps, left
-    resumed = _launch(killed, str(tmp_path / "resumed.log"), args)
-    _wait(reference, str(tmp_path / "full.log"), timeout=900)
-    _wait(resumed, str(tmp_path / "resumed.log"), timeout=900)
-    with open(tmp_path / "resumed.log") as f:
-        assert f"Resumed from {left}" in f.read()
-    a, b = _values(full), _values(killed)
-    assert a.keys() == b.keys()
+    a, b = kill_9_then_resume(tmp_path, args, kill_after, steps)
     assert any("queue" in k for k in a) == ("--method=moco" in args or "--method=looc" in args)
     assert any("omega" in k for k in a) == (CONDITIONED[0] in args)  # the ω-MLPs (online and key) are checkpointed
     assert int(a[saved_name("optimizer/torch_sgd/iteration")]) == steps
-    different = [k for k in a if not np.array_equal(a[k], b[k])]
-    assert not different, f"{len(different)} of {len(a)} tensors differ, e.g. {different[:3]}"
+    assert_bit_identical(a, b)
