@@ -242,8 +242,8 @@ def test_committed_aware_block_is_the_ledgers_report():
 
 @pytest.mark.slow
 def test_quick_cassle_arm_end_to_end(tmp_path):
-    """--suite=aware --quick, its CASSLE arm only: EquiMod's, E-SSL's and STL's quick arms need their flags, which
-    land with those objectives; they stay "not yet run" in the block."""
+    """--suite=aware --quick, its CASSLE arm only (one arm keeps the slow tier short; EquiMod's, E-SSL's and STL's
+    own slow tests train them end to end); the family's quick arms stay "not yet run" in the block."""
     out = tmp_path / "quick"
     cmd = [sys.executable, "-m", "reproduce.reproduce_small", "--suite=aware", "--quick", f"--out={out}",
            "--arms=shapes-simsiam-cond+hypernet-s0"]
