@@ -21,6 +21,7 @@ from reproduce.arm_settings import Arm, step_setting
 from reproduce.aware_arms import CONDITION_KINDS, SUITE, TABLE_COLUMNS, pilot, views_per_image, winner
 from reproduce.report_parts import (
     OMEGA_AUGS,
+    block_tail,
     dataset_of,
     markdown_table,
     omega_line,
@@ -28,7 +29,6 @@ from reproduce.report_parts import (
     plot_heat_map,
     seconds_per_step,
 )
-from reproduce.wall_table import wall_table
 
 BEGIN, END = "<!-- reproduce_small_aware:begin -->", "<!-- reproduce_small_aware:end -->"
 COMMAND = ledger.COMMAND + " --suite=aware"
@@ -181,14 +181,7 @@ def render(entries: Sequence[dict], arms: Sequence[Arm], picture_link: str | Non
            + " N: images per source image that a step's backbone sees, by each objective's design. s/step: "
            + timing_note(timings, ledger_label), ""]
     out += table(entries, arms, timings) + [""]
-    if picture_link:
-        out += [f"![omega_probe: rows × augmentations]({picture_link})", ""]
-    if entries:
-        wall, legend = wall_table(entries)
-        out += ["Wall time, machines and commits:", "", wall, "", "Machines:", *legend, ""]
-    if pending:
-        out += [f"Not yet run ({len(pending)} arm{'s' if len(pending) > 1 else ''}): "
-                + ", ".join(f"`{a.name}`" for a in pending) + f". `{command}` runs them in this order.", ""]
+    out += block_tail(entries, picture_link, pending, command)
     return "\n".join(out).rstrip("\n")
 
 

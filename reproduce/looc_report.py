@@ -20,8 +20,8 @@ from reproduce import doc_blocks, ledger
 from reproduce.arm_settings import Arm, Budget, step_setting
 from reproduce.looc_arms import PLUS_SUFFIX, SUITE, views_per_image
 from reproduce.report_parts import (
-    NOT_RUN,
     OMEGA_AUGS,
+    block_tail,
     dataset_of,
     markdown_table,
     omega_line,
@@ -30,7 +30,6 @@ from reproduce.report_parts import (
     seconds_per_step,
     seeds_label,
 )
-from reproduce.wall_table import wall_table
 
 BEGIN, END = "<!-- reproduce_small_looc:begin -->", "<!-- reproduce_small_looc:end -->"
 COMMAND = ledger.COMMAND + " --suite=looc"
@@ -228,14 +227,7 @@ def render(entries: Sequence[dict], arms: Sequence[Arm], picture_link: str | Non
            "and gaps, not levels. "
            "The paper's CUB200 column has no counterpart here.", ""]
     out += tables(entries, arms, timings) + [""]
-    if picture_link:
-        out += [f"![omega_probe: rows × augmentations]({picture_link})", ""]
-    if entries:
-        table, legend = wall_table(entries)
-        out += ["Wall time, machines and commits:", "", table, "", "Machines:", *legend, ""]
-    if pending:
-        out += [f"{NOT_RUN.capitalize()} ({len(pending)} arm{'s' if len(pending) > 1 else ''}): "
-                + ", ".join(f"`{a.name}`" for a in pending) + f". `{command}` runs them in this order.", ""]
+    out += block_tail(entries, picture_link, pending, command)
     return "\n".join(out).rstrip("\n")
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from reproduce import seed_cells
 from reproduce.arm_settings import Arm
+from reproduce.wall_table import wall_table
 
 NOT_RUN = "not yet run"
 OMEGA_AUGS = ("crop", "color", "blur", "solarize", "rotation", "flip")
@@ -106,3 +107,17 @@ def plot_heat_map(labels: Sequence[str], augs: Sequence[str], matrix: Sequence[S
     fig.savefig(path, dpi=100, metadata={"Software": None})  # no version stamp: the same ledger, the same bytes
     plt.close(fig)
     return path
+
+
+def block_tail(entries: list[dict], picture_link: str | None, pending: Sequence[Arm], command: str) -> list[str]:
+    """The lines every suite's block ends with: its picture, the wall-time table, and the arms not yet run."""
+    out: list[str] = []
+    if picture_link:
+        out += [f"![omega_probe: rows × augmentations]({picture_link})", ""]
+    if entries:
+        wall, legend = wall_table(entries)
+        out += ["Wall time, machines and commits:", "", wall, "", "Machines:", *legend, ""]
+    if pending:
+        out += [f"{NOT_RUN.capitalize()} ({len(pending)} arm{'s' if len(pending) > 1 else ''}): "
+                + ", ".join(f"`{a.name}`" for a in pending) + f". `{command}` runs them in this order.", ""]
+    return out
