@@ -243,3 +243,15 @@ def real_images(tiny: tuple[int, int], cifar: tuple[int, int]) -> list[tf.Tensor
         assert len(files) == count, f"real images not found under {DATA}"
         found += files
     return [tf.io.decode_image(tf.io.read_file(f), expand_animations=False) for f in found]
+
+
+def assert_export_is_the_backbone(result, image_size: int = 16) -> tf.Module:
+    """A run's SavedModel holds the backbone alone (one signature, the backbone's weights, none of the heads') and
+    gives the trained backbone's features; returns the loaded model."""
+    loaded = tf.saved_model.load(result.saved_model_dir)
+    assert list(loaded.signatures) == ["serving_default"]
+    assert len(loaded.trainable_weights) == len(result.model.backbone.trainable_variables)
+    images = np.random.default_rng(0).uniform(size=[2, image_size, image_size, 3]).astype("float32")
+    features = loaded.signatures["serving_default"](images=tf.constant(images))["features"].numpy()
+    np.testing.assert_allclose(features, result.model.backbone(images, training=False).numpy(), rtol=1e-4, atol=1e-5)
+    return loaded

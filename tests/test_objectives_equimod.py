@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 from conftest import mirrored_cpus
 from helpers import (
+    assert_export_is_the_backbone,
     assert_replicas_equal_one_device,
     batch,
     compile_model,
@@ -238,12 +239,7 @@ def test_a_two_replica_run_exports_the_backbone_alone(tmp_path):
     result = train(cfg)
     assert result.steps == 2 and all(np.isfinite(v) for v in result.last_logs.values())
     assert "equimod/loss" in result.last_logs
-    loaded = tf.saved_model.load(result.saved_model_dir)
-    assert list(loaded.signatures) == ["serving_default"]
-    assert len(loaded.trainable_weights) == len(result.model.backbone.trainable_variables)
-    images = np.random.default_rng(0).uniform(size=[2, 16, 16, 3]).astype("float32")
-    features = loaded.signatures["serving_default"](images=tf.constant(images))["features"].numpy()
-    np.testing.assert_allclose(features, result.model.backbone(images, training=False).numpy(), rtol=1e-4, atol=1e-5)
+    assert_export_is_the_backbone(result)
 
 
 EQUIMOD_RUN = ("--method=simclr", "--equimod_weight=1", "--equimod_hidden=32", "--equimod_dim=16",

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 from conftest import mirrored_cpus
 from helpers import (
+    assert_export_is_the_backbone,
     assert_replicas_equal_one_device,
     batch,
     compile_model,
@@ -254,13 +255,8 @@ def test_a_simsiam_stl_run_exports_the_backbone_alone(tmp_path):
                    method_options={**SMALL_STL, "projector_dim": 16, "predictor_hidden": 8})
     result = train(cfg)
     assert result.steps == 2 and result.last_logs["stl/loss"] > 0
-    model = result.model
-    loaded = tf.saved_model.load(result.saved_model_dir)
-    assert len(loaded.trainable_weights) == len(model.backbone.trainable_variables)
+    loaded = assert_export_is_the_backbone(result)
     assert not any("stl" in v.name or "projector" in v.name for v in loaded.trainable_weights)
-    images = np.random.default_rng(0).uniform(size=[2, 16, 16, 3]).astype("float32")
-    features = loaded.signatures["serving_default"](images=tf.constant(images))["features"].numpy()
-    np.testing.assert_allclose(features, model.backbone(images, training=False).numpy(), rtol=1e-4, atol=1e-5)
 
 
 SIMSIAM_STL = ("--method=simsiam", "--stl_weight=1", "--stl_equi_dim=8", "--augself=crop,color", "--dataset=shapes",
