@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 
@@ -168,3 +168,10 @@ def flag_value(field: dataclasses.Field, value: Any) -> Any:
     if isinstance(value, tuple):
         return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)
     return value
+
+
+def declared_options(cls: type, options: Mapping[str, Any] | None) -> Any:
+    """``cls.Options`` from the run's option values: the entries it declares, None (unset) left out so that its
+    defaults apply (a method's and an objective's options travel together as the run's ``method_options``)."""
+    names = {f.name for f in dataclasses.fields(cls.Options)}
+    return cls.Options(**{k: v for k, v in (options or {}).items() if k in names and v is not None})

@@ -104,7 +104,7 @@ def np_equimod_loss(model, b: dict) -> float:
 def test_the_loss_is_the_references_forward_pass_in_numpy():
     model = make_model("simclr", **SMALL_EQ)
     eq = model.objectives["equimod"]
-    assert eq.view_index == 2 and eq.weight == 0.5 and eq.temperature == 0.2
+    assert eq.view_index(model) == 2 and eq.weight == 0.5 and eq.temperature == 0.2
     b = eq_batch(0)
     total, logs, _ = model.compute_losses(b, training=True)
     want = np_equimod_loss(model, b)

@@ -15,7 +15,7 @@ import dataclasses
 from typing import Any
 
 from augself_tf.augment.views import ViewPlan
-from augself_tf.flag_fields import define_flag, flag_fields, flag_kind, help_text
+from augself_tf.flag_fields import declared_options, define_flag, flag_fields, flag_kind, help_text
 from augself_tf.methods.augself_model import AugSelfModel, PretrainData
 from augself_tf.methods.byol import BYOL
 from augself_tf.methods.looc import LooC
@@ -100,13 +100,6 @@ def method_options_from_flags(flag_values: Any) -> dict[str, Any]:
     return {name: flag_values[name].value for name in method_options()}
 
 
-def _own_options(cls: type, options: dict | None) -> Any:
-    """``cls.Options`` made from the `options` entries it declares (None values and others' entries left out, so
-    the defaults apply)."""
-    fields = {f.name for f in dataclasses.fields(cls.Options)}
-    return cls.Options(**{k: v for k, v in (options or {}).items() if v is not None and k in fields})
-
-
 def build_method(name: str, backbone, *, options: dict | None = None, **common) -> AugSelfModel:
     """Instantiates method `name` with its ``Options``, and every objective the `options` switch on with its own.
 
@@ -116,8 +109,8 @@ def build_method(name: str, backbone, *, options: dict | None = None, **common) 
     if name not in METHODS:
         raise ValueError(f"unknown method '{name}'; choose from {', '.join(METHODS)}")
     cls = METHODS[name]
-    objectives = tuple(o(_own_options(o, options)) for o in enabled_objectives(options or {}))
-    return cls(backbone, options=_own_options(cls, options), objectives=objectives, **common)
+    objectives = tuple(o(declared_options(o, options)) for o in enabled_objectives(options or {}))
+    return cls(backbone, options=declared_options(cls, options), objectives=objectives, **common)
 
 
 def view_plan(method: str, options: dict[str, Any]) -> ViewPlan:

@@ -107,6 +107,18 @@ class Objective(keras.layers.Layer):
         self.options = self.Options() if options is None else options
         self.weight = float(getattr(self.options, self.weight_option)) if self.weight_option else 1.0
 
+    def view_index(self, model: keras.Model) -> int:
+        """Where the view this objective's `extend_views` appends sits in the batch (0-based): after the method's
+        views and those of the objectives the model adds before this one, in the order
+        ``augself_tf.methods.view_plan`` extends them."""
+        options = dataclasses.asdict(model.method_options)
+        plan = type(model).view_plan(options)
+        for objective in model.objectives.values():
+            if objective is self:
+                return plan.num_views
+            plan = type(objective).extend_views(plan, {**options, **dataclasses.asdict(objective.options)})
+        raise ValueError(f"objective {self.key!r} is not one of the model's objectives")
+
     def build_objective(self, model: keras.Model) -> None:
         """Creates the objective's variables (heads) from the built model (``model.feature_dim``, ...)."""
         del model

@@ -108,7 +108,6 @@ class EquiMod(Objective):
         if not o.equimod_temperature > 0:
             raise ValueError(f"--equimod_temperature must be > 0, got {o.equimod_temperature}")
         self.temperature = float(o.equimod_temperature)
-        self.view_index = 2  # set from the run's views in build_objective
         self.heads: dict[str, keras.Sequential] = {}
 
     @classmethod
@@ -118,13 +117,6 @@ class EquiMod(Objective):
         return plan.with_view(ViewSpec(eval_view=True))
 
     def build_objective(self, model) -> None:
-        # x0's place: after the method's views and those of the objectives extending them before this one
-        plan = type(model).view_plan(dataclasses.asdict(model.method_options))
-        for objective in model.objectives.values():
-            if objective is self:
-                break
-            plan = type(objective).extend_views(plan, dataclasses.asdict(objective.options))
-        self.view_index = plan.num_views
         o, sync = self.options, model.synchronized_bn
         self.heads = {
             "projector": _stack([o.equimod_hidden, o.equimod_hidden, o.equimod_dim], sync, "equimod_projector",
@@ -150,7 +142,7 @@ class EquiMod(Objective):
 
     def objective_loss(self, model, batch, forward, training):
         """NT-Xent_τ([y1; y2], [ŷ1; ŷ2]); logs the equivariance gain: mean cos(y_k, ŷ_k) − cos(y_k, y0)."""
-        f0 = model.backbone(batch[f"view{self.view_index + 1}"], training=training)
+        f0 = model.backbone(batch[f"view{self.view_index(model) + 1}"], training=training)
         y0, yt, predicted = self.predictions(f0, forward.f1, forward.f2, batch["omega1"], batch["omega2"],
                                              model.augment_config, training)
         loss = nt_xent(yt, predicted, self.temperature)

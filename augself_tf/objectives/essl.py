@@ -23,7 +23,7 @@ import keras
 import tensorflow as tf
 
 from augself_tf.augment.views import ViewPlan, ViewSpec, view_keys
-from augself_tf.flag_fields import option
+from augself_tf.flag_fields import declared_options, option
 from augself_tf.models.torch_init import Linear
 from augself_tf.objectives.base import Objective
 
@@ -117,15 +117,9 @@ class ESSL(Objective):
             return parse_scale(self.essl_crop_scale)
 
     @classmethod
-    def own_options(cls, options: dict[str, Any]) -> ESSL.Options:
-        """The objective's `Options` from the run's option flags (None: unset, the default applies)."""
-        names = {f.name for f in dataclasses.fields(cls.Options)}
-        return cls.Options(**{k: v for k, v in options.items() if k in names and v is not None})
-
-    @classmethod
     def extend_views(cls, plan: ViewPlan, options: dict[str, Any]) -> ViewPlan:
         """The run's views and one more: a crop of ``--essl_crop_size`` and ``--essl_crop_scale``, drawn afresh."""
-        o = cls.own_options(options)
+        o = declared_options(cls, options)
         size = o.essl_crop_size
         spec = ViewSpec(image_size=int(size), crop_scale=o.crop_scale) if size > 1 else \
             ViewSpec(size_fraction=float(size), crop_scale=o.crop_scale)
@@ -144,17 +138,6 @@ class ESSL(Objective):
                              f"{model.augment_config.image_size}; it must be at least {MIN_CROP_PIXELS} pixels")
         self.head = rotation_head(o.essl_hidden or model.feature_dim, o.essl_bottleneck, name="essl_head")
         self.head.build((None, model.feature_dim))
-
-    def view_index(self, model: keras.Model) -> int:
-        """Where the objective's view sits in the batch (0-based): after the method's views and those of the
-        objectives the model adds before this one, in the order `augself_tf.methods.view_plan` extends them."""
-        options = dataclasses.asdict(model.method_options)
-        plan = type(model).view_plan(options)
-        for objective in model.objectives.values():
-            if objective is self:
-                return plan.num_views
-            plan = type(objective).extend_views(plan, {**options, **dataclasses.asdict(objective.options)})
-        raise ValueError("the E-SSL objective is not one of the model's objectives")
 
     def objective_loss(self, model, batch, forward, training):
         """Mean 4-way cross-entropy over the 4B rotations of the extra crop; logs ``essl/accuracy``."""
