@@ -197,16 +197,22 @@ def _top_chain(ds: tf.data.Dataset) -> list[tuple[str, set[str]]]:
     return _chain(nodes, start, _function_ops(graph))
 
 
-def test_imagenet100_of_tfds_filters_on_the_label_before_it_decodes_one_image(monkeypatch):
-    decoded = []
+@pytest.fixture
+def decoded(monkeypatch) -> list[int]:
+    """Grows by one for every image tfds decodes (its Image feature's decode, counted when the graph runs it)."""
+    count: list[int] = []
     real = tfds.features.Image.decode_example
 
     def counting(self, example):
-        tick = tf.py_function(lambda: decoded.append(1) or 0, [], tf.int32)
+        tick = tf.py_function(lambda: count.append(1) or 0, [], tf.int32)
         with tf.control_dependencies([tick]):
             return real(self, tf.identity(example))
 
     monkeypatch.setattr(tfds.features.Image, "decode_example", counting)
+    return count
+
+
+def test_imagenet100_of_tfds_filters_on_the_label_before_it_decodes_one_image(decoded):
     with tfds.testing.mock_data(num_examples=400):
         ds = load_source("imagenet100", "train")
         chain = _top_chain(ds)
@@ -226,6 +232,18 @@ def test_imagenet100_of_tfds_filters_on_the_label_before_it_decodes_one_image(mo
         filt = ops.index("FilterDataset")
         decode_at = [i for i, (_, fn) in enumerate(c) if fn & set(_DECODES)]
         assert decode_at and max(decode_at) < filt, c  # output first: every decode is downstream of the filter
+
+
+def test_fc100_of_tfds_decodes_only_the_images_of_its_20_classes(decoded):
+    with tfds.testing.mock_data(num_examples=300):
+        ds = load_source("fc100", "all")
+        chain = _top_chain(ds)
+        kept = [int(ex["label"]) for ex in ds.as_numpy_iterator()]
+    assert 0 < len(kept) < 150 and all(0 <= label < 20 for label in kept)  # about a fifth of the 300 mock images
+    assert len(decoded) == len(kept)  # one decode per image kept
+    ops = [op for op, _ in chain]
+    decode_at = [i for i, (_, fn) in enumerate(chain) if fn & set(_DECODES)]
+    assert decode_at and max(decode_at) < ops.index("FilterDataset"), chain
 
 
 def _record_indices(records, shard, epoch=0) -> list[int]:

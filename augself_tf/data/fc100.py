@@ -69,12 +69,12 @@ class FC100:
         return class_ids_from_names(info, [FC100_TEST_CLASSES[i] for i in class_order()])
 
     def load(self, arg: str, split: str, *, data_dir: str | None = None) -> tf.data.Dataset:
-        """The base split restricted to the 20 classes, labels 0..19 in :func:`class_order`."""
+        """The base split restricted to the 20 classes, labels 0..19 in :func:`class_order` (tfds: filtered on
+        the label before any image is decoded, so 4 of every 5 CIFAR-100 images are never decoded)."""
         kind, source, base_arg, base_split = self._base(arg, split)
-        if kind == "tfds":  # no need to describe the base first
-            ids = class_order()
-        else:
-            ids = self._class_ids(kind, source.info(base_arg, base_split, data_dir=data_dir))
+        if kind == "tfds":  # the registry's tfds source (augself_tf.data.tfds_source); no need to describe it first
+            return source.load(base_arg, base_split, data_dir=data_dir, classes=class_order())
+        ids = self._class_ids(kind, source.info(base_arg, base_split, data_dir=data_dir))
         return filter_classes(source.load(base_arg, base_split, data_dir=data_dir), ids)
 
     def info(self, arg: str, split: str, *, data_dir: str | None = None) -> SourceInfo:
