@@ -11,6 +11,8 @@ before the last (the last one's end includes the run's final save); the input pi
 ``--mode=step``: the loop's :class:`~augself_tf.training.distributed_step.DistributedSteps` alone on one batch
 held in memory and repeated (no input pipeline, no checkpoint), the logs copied to the host every
 ``--log_every`` steps as the loop does: the call's own cost with nothing else competing for the host.
+``--mode=call``: the same around a step that does no training work (the mean of the views), so the time per step
+is the call's host cost itself: dispatch, the in-graph or host ``next()``, the packed reduction, the log copies.
 
 Per K: the median steps/s and ms per step (wall and process CPU), its ratio to K = 1, and what K saves per step,
 t(K=1) - t(K); the per-call cost c follows from t(K) = s + c / K as c = (t(1) - t(K)) / (1 - 1/K). On a shared
@@ -20,6 +22,8 @@ machine compare the K of one run by these ratios, not figures of different runs.
     python -m bench.bench_steps_per_execution --k=1,10 --rounds=2                        # the default run
     python -m bench.bench_steps_per_execution --mode=step --k=1,2,5,10 --width=0.0625 --batch_size=16 \\
         --image_size=16 --steps=300 --warmup=20 --rounds=3                               # a ms step
+    python -m bench.bench_steps_per_execution --mode=call --k=1,2,5,10 --batch_size=256 --steps=2000 \
+        --warmup=100 --rounds=3                                                          # the call alone
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ def time_train(args: argparse.Namespace, k: int) -> tuple[float, float]:
     return (end[1] - start[1]) / steps, (end[2] - start[2]) / steps
 
 
-def time_step(args: argparse.Namespace, k: int) -> tuple[float, float]:
+def time_step(args: argparse.Namespace, k: int, no_step: bool = False) -> tuple[float, float]:
     """DistributedSteps alone at K = ``k`` on a repeated in-memory batch: (wall s, CPU s) per step."""
     import tensorflow as tf
 
@@ -74,7 +78,7 @@ def time_step(args: argparse.Namespace, k: int) -> tuple[float, float]:
     strategy = make_strategy(cfg.strategy, cfg.cpu_replicas)
     data = PretrainData("synthetic", common.STEP_DATA_EXAMPLES, common.STEP_DATA_CLASSES, cfg.batch_size,
                         common.STEP_TOTAL_STEPS, common.STEP_DATA_EXAMPLES // cfg.batch_size)
-    model = build_model(cfg, strategy, data)
+    model = _NoStep(strategy) if no_step else build_model(cfg, strategy, data)
     per_replica = cfg.batch_size // strategy.num_replicas_in_sync
     batch = common.synthetic_batch(per_replica, cfg.augment.image_size)
     iterator = iter(strategy.experimental_distribute_dataset(
@@ -94,9 +98,37 @@ def time_step(args: argparse.Namespace, k: int) -> tuple[float, float]:
     return (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
 
 
+class _NoStep:
+    """A step that does no training work (the mean of the views, one counter bumped): with it DistributedSteps'
+    time per step is what the call around a step costs the host, for ``--mode=call``."""
+
+    def __init__(self, strategy) -> None:
+        import tensorflow as tf
+
+        with strategy.scope():
+            counter = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                  aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        self.optimizer = type("Optimizer", (), {"iterations": counter})()
+
+    def train_step(self, batch: dict) -> dict:
+        import tensorflow as tf
+
+        self.optimizer.iterations.assign_add(1)
+        views = [v for k, v in batch.items() if k.startswith("view")]
+        return {"loss/total": tf.add_n([tf.reduce_mean(v) for v in views]), "lr": tf.constant(0.1)}
+
+
+def time_call(args: argparse.Namespace, k: int) -> tuple[float, float]:
+    """DistributedSteps at K = ``k`` around a step that does nothing (:class:`_NoStep`), on the batch of
+    ``--mode=step``: (wall s, CPU s) per step, i.e. the call's own cost divided by the steps it runs."""
+    return time_step(args, k, no_step=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mode", choices=("train", "step"), default="train")
+    parser.add_argument("--mode", choices=("train", "step", "call"), default="train",
+                        help="train(): the run; step: DistributedSteps on an in-memory batch; call: the same "
+                             "around a step that does nothing (the call's own host cost)")
     parser.add_argument("--k", default="1,10", help="comma list of steps per call; 1 must be among them")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=10)
@@ -112,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     if 1 not in ks:
         parser.error("--k must include 1 (the ratios are to K = 1)")
     common.print_machine(common.machine_info())
-    timed = time_train if args.mode == "train" else time_step
+    timed = {"train": time_train, "step": time_step, "call": time_call}[args.mode]
     wall: dict[int, list[float]] = {k: [] for k in ks}
     cpu: dict[int, list[float]] = {k: [] for k in ks}
     for r in range(args.rounds):
