@@ -1,6 +1,6 @@
 """What a `tf.function` call costs the host: steps/s and ms per step at ``--steps_per_execution`` K = 1, ... (§8).
 
-Two modes, both alternating the K values in one process, a fresh model per run, rounds rotating the order:
+Three modes, each alternating the K values in one process, a fresh model per run, rounds rotating the order:
 
 ``--mode=train``: ``train()`` itself (TrainConfig's defaults: MoCo + AugSelf{crop,color} on shapes, ResNet-18 at
 width 1/8, 32 px, global batch 256; logs every ``--log_every`` steps) with monitors, periodic checkpoints and
