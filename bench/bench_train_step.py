@@ -12,6 +12,8 @@ drift cancels out).
     python -m bench.bench_train_step --image_size=96 --batch_size=256                 # GPU, full scale
     python -m bench.bench_train_step --methods=moco --mixed_precision=float16 --compare_method=moco
     python -m bench.bench_train_step --no-jit --mixed_precision=none --repeats=3      # AugSelf overhead only
+    python -m bench.bench_train_step --jit_per_method --no-without_augself --mixed_precision=none \
+        --methods=simsiam,moco,byol,simclr,swav,supervised,looc        # XLA vs not, per method (§2)
 
 A configuration that fails to build or run (e.g. XLA under a multi-device MirroredStrategy) is reported as
 FAILED with the error instead of stopping the run.
@@ -43,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compare_method", default="simsiam", help="method (+AugSelf) of the jit / precision runs")
     p.add_argument("--jit", action=argparse.BooleanOptionalAction, default=True,
                    help="also time jit_compile=True (XLA)")
+    p.add_argument("--jit_per_method", action="store_true",
+                   help="time every --methods' +AugSelf step with jit_compile=True too, and its ratio to without")
+    p.add_argument("--without_augself", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time every method without AugSelf (the AugSelf overhead)")
     p.add_argument("--mixed_precision", default="auto", choices=["auto", "none", "bfloat16", "float16"],
                    help="also time this mixed-precision policy (auto: bfloat16, float16 on GPUs without "
                         "it)")
@@ -63,8 +69,12 @@ def main(argv: list[str] | None = None) -> int:
                            batch_size=args.batch_size)
     specs: dict[str, common.StepSpec] = {}
     for method in [m for m in args.methods.split(",") if m]:
-        specs[f"{method}"] = dataclasses.replace(base, method=method, augself=())
+        if args.without_augself:
+            specs[f"{method}"] = dataclasses.replace(base, method=method, augself=())
         specs[f"{method}+augself"] = dataclasses.replace(base, method=method, augself=augself)
+        if args.jit_per_method:
+            specs[f"{method}+augself jit"] = dataclasses.replace(base, method=method, augself=augself,
+                                                                 jit_compile=True)
     reference = dataclasses.replace(base, method=args.compare_method, augself=augself)
     ref_key = f"{args.compare_method}+augself"
     specs.setdefault(ref_key, reference)
@@ -121,6 +131,13 @@ def main(argv: list[str] | None = None) -> int:
             ratios[f"augself overhead {method}"] = r
             print(f"  AugSelf{{{','.join(augself)}}} overhead, {method}: {100 * (r['wall'] - 1):+.1f}% wall, "
                   f"{100 * (r['cpu'] - 1):+.1f}% CPU time  (target <= 5%)")
+    for method in [m for m in args.methods.split(",") if m] if args.jit_per_method else []:
+        jit, plain = f"{method}+augself jit", f"{method}+augself"
+        if jit in times and plain in times and jit != f"{ref_key} jit":
+            r = paired(jit, plain)
+            ratios[jit] = r
+            print(f"  {jit} vs no-jit: step time x{r['wall']:.2f} wall, x{r['cpu']:.2f} CPU "
+                  f"({'faster' if r['wall'] < 1 else 'slower'})")
     for key in specs:
         if key != ref_key and key.startswith(ref_key + " ") and key in times and ref_key in times:
             r = paired(key, ref_key)

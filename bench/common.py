@@ -116,8 +116,9 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-def synthetic_batch(batch_size: int, image_size: int, seed: int = 0) -> dict:
-    """A pretraining batch (see docs/architecture.md) of uniform noise views and plausible ω, in memory."""
+def synthetic_batch(batch_size: int, image_size: int, seed: int = 0, views: int = 2) -> dict:
+    """A pretraining batch (see docs/architecture.md) of ``views`` uniform noise views and plausible ω, in memory
+    (LooC's plan has more than two views; a copied ω is drawn afresh, which changes no step's cost)."""
     g = tf.random.Generator.from_seed(seed)
 
     def omega():
@@ -126,13 +127,11 @@ def synthetic_batch(batch_size: int, image_size: int, seed: int = 0) -> dict:
         out["rotation"] = tf.zeros([batch_size, 1])
         return out
 
-    return {
-        "view1": g.uniform([batch_size, image_size, image_size, 3]),
-        "view2": g.uniform([batch_size, image_size, image_size, 3]),
-        "omega1": omega(),
-        "omega2": omega(),
-        "label": tf.zeros([batch_size], tf.int64),
-    }
+    batch: dict = {"label": tf.zeros([batch_size], tf.int64)}
+    for j in range(1, views + 1):
+        batch[f"view{j}"] = g.uniform([batch_size, image_size, image_size, 3])
+        batch[f"omega{j}"] = omega()
+    return batch
 
 
 #: Images of the data a benchmarked step's options are completed from: STL10's train+unlabelled (the paper's
@@ -179,6 +178,7 @@ class TrainStep:
     """The library's model and compiled step for a :class:`StepSpec`, fed one synthetic batch; `run()` times a step."""
 
     def __init__(self, spec: StepSpec, strategy: tf.distribute.Strategy | None = None) -> None:
+        from augself_tf.methods import view_plan
         from augself_tf.methods.augself_model import PretrainData
         from augself_tf.training.distributed_step import make_distributed_step
         from augself_tf.training.loop import build_model
@@ -203,8 +203,9 @@ class TrainStep:
         if spec.batch_size % strategy.num_replicas_in_sync:
             raise ValueError(f"batch {spec.batch_size} not divisible by {strategy.num_replicas_in_sync} replicas")
         per_replica = spec.batch_size // strategy.num_replicas_in_sync
+        views = len(view_plan(cfg.model.method, cfg.model.method_options).views)
         self.batch = strategy.experimental_distribute_values_from_function(
-            lambda ctx: synthetic_batch(per_replica, spec.image_size, seed=ctx.replica_id_in_sync_group)
+            lambda ctx: synthetic_batch(per_replica, spec.image_size, seed=ctx.replica_id_in_sync_group, views=views)
         )
 
         self._step = make_distributed_step(strategy, model, spec.jit_compile)

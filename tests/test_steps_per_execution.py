@@ -1,6 +1,8 @@
 """`--steps_per_execution=K`: K steps per `tf.function` call change nothing a run computes. Under `--deterministic`
 the checkpoints of K = 3 are bit for bit those of K = 1, on 1 and on 2 replicas; a K = 10 run stopped by SIGTERM
-and resumed with the same command ends on the bits of an uninterrupted K = 1 run, and exports."""
+and resumed with the same command ends on the bits of an uninterrupted K = 1 run, and exports. Under
+`--jit_compile` (the replica function compiled on one device, XLA clusters on two CPU replicas) calls of 3 steps
+give the losses and weights of one step per call."""
 
 from __future__ import annotations
 
@@ -13,8 +15,12 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import mirrored_cpus
+from helpers import batch, compile_model, make_model, replica_values
 
-from augself_tf.training.distributed_step import steps_in_call
+from augself_tf.runtime.strategy import CLUSTERS, REPLICA_FUNCTION, compile_mode
+from augself_tf.training.distributed_step import DistributedSteps, resolve_steps_per_execution, steps_in_call
+from augself_tf.training.train_config import TrainConfig, parse_steps_per_execution
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
@@ -33,6 +39,74 @@ def test_a_call_stops_short_of_every_cadence_point():
     assert ends == [4, 5, 8, 10, 12, 15, 16, 20, 21]
     assert steps_in_call(60, 10, 1000, (100, 0, 0, 62)) == 2  # the epoch boundary
     assert steps_in_call(7, 1, 1000, (10, 10, 0, 62)) == 1
+
+
+class _Replicas:
+    """A strategy as resolve_steps_per_execution sees it: only its replicas' devices."""
+
+    def __init__(self, *devices: str) -> None:
+        self.extended = type("Extended", (), {"worker_devices": devices})()
+
+
+def test_auto_steps_per_call_is_log_every_on_accelerators_and_one_on_cpus():
+    gpus = _Replicas("/job:localhost/replica:0/task:0/device:GPU:0", "/job:localhost/replica:0/task:0/device:GPU:1")
+    tpu = _Replicas("/job:worker/replica:0/task:0/device:TPU:0")
+    cpus = _Replicas("/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1")
+    assert [resolve_steps_per_execution("auto", s, 10) for s in (gpus, tpu, cpus)] == [10, 10, 1]
+    assert resolve_steps_per_execution("auto", tf.distribute.OneDeviceStrategy("/cpu:0"), 25) == 1
+    assert resolve_steps_per_execution(4, gpus, 10) == 4 and resolve_steps_per_execution("3", cpus, 10) == 3
+    assert TrainConfig().steps_per_execution == "auto"
+    for bad in ("0", "-2", "ten", "2.5"):
+        with pytest.raises(ValueError, match=r"^--steps_per_execution must be 'auto' or a positive integer"):
+            parse_steps_per_execution(bad)
+
+
+def _jit_calls(replicas: int, k: int, steps: int = 5) -> tuple[dict[int, dict], list, list[int]]:
+    """A tiny MoCo + AugSelf trained ``steps`` steps under --jit_compile in calls of up to ``k`` steps, fed by a
+    distributed iterator as in a run: the logs of each call's last step by step, the weights, the call sizes."""
+    strategy = mirrored_cpus() if replicas == 2 else tf.distribute.OneDeviceStrategy("/cpu:0")
+    with strategy.scope():
+        model = make_model("moco", sync=replicas == 2, queue_size=16)
+    compile_model(model, strategy, total_steps=steps)
+    mode = compile_mode(strategy)
+    assert mode == (CLUSTERS if replicas == 2 else REPLICA_FUNCTION)
+    batches = [batch(seed) for seed in range(steps)]
+    rows = tf.nest.map_structure(lambda *xs: np.concatenate(xs), *batches)
+    data = tf.data.Dataset.from_tensor_slices(rows).batch(len(batches[0]["label"]))  # global batches, in order
+    iterator = iter(strategy.experimental_distribute_dataset(data))
+    with strategy.scope():
+        nonfinite = tf.Variable(0, dtype=tf.int64, trainable=False)
+    run = DistributedSteps(strategy, model, mode, nonfinite)
+    logs, sizes, step = {}, [], 0
+    while step < steps:
+        out, ran = run(iterator, steps_in_call(step, k, steps, (0,)))
+        step += ran
+        sizes.append(ran)
+        logs[step] = out.fetch()
+    assert int(nonfinite.numpy()) == 0
+    return logs, [replica_values(w) for w in model.weights], sizes
+
+
+@pytest.mark.slow  # XLA compiles the step and the loop around it: 1-7 min on a loaded 2-core machine
+@pytest.mark.parametrize("replicas", [1, 2], ids=["replica_function", "clusters_2_replicas"])
+def test_jit_compiled_calls_of_three_steps_equal_one_step_per_call(replicas):
+    """5 steps: K = 1 runs 5 calls; K = 3 runs the first step alone, then a call of 3 (the in-graph loop around
+    the compiled step), then 1. The logs of the steps both end a call on, and the weights, are K = 1's: to 1e-5
+    on one device (one compiled replica function, called from the loop); to round-off on two CPU replicas, whose
+    XLA clusters are formed in the loop's body, so their fusions may add in another order (the tolerance of the
+    clustered step against the plain one, tests/test_accelerator_path.py)."""
+    rtol, atol = (1e-5, 1e-6) if replicas == 1 else (1e-4, 1e-5)
+    one, one_weights, one_sizes = _jit_calls(replicas, 1)
+    three, three_weights, three_sizes = _jit_calls(replicas, 3)
+    assert one_sizes == [1] * 5 and three_sizes == [1, 3, 1]
+    for step, logs in three.items():
+        assert logs.keys() == one[step].keys()
+        for key, value in logs.items():
+            np.testing.assert_allclose(value, one[step][key], rtol=rtol, atol=atol, err_msg=f"{key} at step {step}")
+    for a, b in zip(one_weights, three_weights, strict=True):
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_allclose(y, x, rtol=rtol, atol=atol)
+    assert np.isfinite(three[5]["loss/total"])
 
 
 def _launch(model_dir: str, log_path: str, args: tuple[str, ...]) -> subprocess.Popen:
@@ -101,3 +175,49 @@ def test_k10_stopped_by_sigterm_resumes_with_the_same_command_and_exports(tmp_pa
     _finish(reference, str(tmp_path / "ref.log"))
     _assert_same_bits(str(tmp_path / "ref"), run)
     assert os.path.exists(os.path.join(run, "saved_model", "saved_model.pb"))
+
+
+@pytest.mark.slow
+def test_two_workers_with_k5_stop_at_one_step_on_a_sigterm_to_one_and_resume(tmp_path, monkeypatch):
+    """Two workers on localhost running calls of 5 steps (logs every 10): a SIGTERM to the non-chief stops both
+    after one call, at one step, saved in the chief's --model_dir; the same commands resume there and finish."""
+    import test_worker_agreement
+    from test_worker_agreement import TINY, _finish, _start, _stop_line
+
+    # Each launch traces the one-step function and the loop function on both workers: over 5 minutes a launch
+    # on a loaded 2-core machine (measured), past the two-worker tests' 400 s.
+    monkeypatch.setattr(test_worker_agreement, "TIMEOUT", 900)
+    TIMEOUT = test_worker_agreement.TIMEOUT  # noqa: N806
+
+    steps = 40
+    flags = [f for f in TINY if not f.startswith(("--max_steps=", "--log_every="))]
+    model_dir = str(tmp_path / "run")
+    logs = str(tmp_path / "logs")
+    os.makedirs(logs)
+    cmd = [sys.executable, os.path.join(ROOT, "train_main.py"), *flags, f"--max_steps={steps}", "--log_every=10",
+           "--steps_per_execution=5", f"--model_dir={model_dir}"]
+    procs = _start([cmd, cmd], logs, "first")
+    deadline = time.time() + TIMEOUT
+    while time.time() < deadline and all(p.poll() is None for p, _ in procs):
+        with open(procs[0][1]) as f:
+            if "pretrain " in f.read():  # the chief's progress line: both workers are in the loop
+                break
+        time.sleep(0.05)
+    procs[1][0].send_signal(signal.SIGTERM)
+    first = _finish(procs)
+    for i, (code, out) in enumerate(first):
+        assert code == 128 + signal.SIGTERM, f"worker {i} exit {code}:\n{out[-3000:]}"
+        assert "Traceback" not in out, out[-3000:]
+    lines = [_stop_line(out) for _, out in first]
+    stopped = {int(x.split("after step ")[1].split("/")[0]) for x in lines}
+    assert len(stopped) == 1, lines
+    step = stopped.pop()
+    assert 0 < step < steps, lines
+    ckpts = os.path.join(model_dir, "checkpoints")
+    saved = os.path.join(ckpts, f"ckpt-{step}")
+    assert tf.train.latest_checkpoint(ckpts) == saved
+    second = _finish(_start([cmd, cmd], logs, "second"))
+    for i, (code, out) in enumerate(second):
+        assert code == 0, f"worker {i} exit {code}:\n{out[-3000:]}"
+        assert f"Resumed from {saved}" in out
+    assert tf.train.latest_checkpoint(ckpts) == os.path.join(ckpts, f"ckpt-{steps}")

@@ -5,14 +5,14 @@ that stops alone, or starts at another step, leaves its peers waiting in a colle
 that signals one node (or the nodes at different moments) hung the whole job with nothing saved, and workers
 that restored different checkpoints trained different weights until one ran out of steps and the rest hung.
 
-*The stop step.* Each worker's signal handler only records the signal (:class:`StopSignals`). Before every
-call of the step (``--steps_per_execution`` steps, one by default) the loop copies it into a per-worker variable
-that the replica function returns as one more entry of its packed logs (:data:`STOP_KEY`), averaged across every
-replica of every worker together with the losses: no collective of its own. The average is above zero on every
-worker after the same call as soon as any worker was signalled, so all of them see the request at the same
+*The stop step.* Each worker's signal handler only records the signal (:class:`StopSignals`). Before every call of
+the step (up to ``--steps_per_execution`` steps; one on CPUs by default) the loop copies it into a per-worker
+variable that the replica function returns as one more entry of its packed logs (:data:`STOP_KEY`), averaged across
+every replica of every worker together with the losses: no collective of its own. The average is above zero on
+every worker after the same call as soon as any worker was signalled, so all of them see the request at the same
 step, save it (a collective) and exit. The loop reads the entry one call late (the previous call's output, while
-the next call is already queued) rather than waiting for the call it just dispatched. One worker, one process:
-the loop reads its own flag after every call.
+the next call is already queued) rather than waiting for the call it just dispatched. One worker, one process: the
+loop reads its own flag after every call.
 
 *The resume.* Each worker picks the newest intact checkpoint of the chief's folder as it reads it; the steps
 chosen are gathered across workers (one collective, before training) and a disagreement stops every worker

@@ -21,10 +21,27 @@ import tensorflow as tf
 
 from augself_tf.runtime.strategy import CLUSTERS, REPLICA_FUNCTION, compile_clusters
 from augself_tf.training.agreement import STOP_KEY, stop_output
+from augself_tf.training.train_config import AUTO_STEPS, parse_steps_per_execution
 
 #: The extra entries after the logs: the replica's first non-finite step of the call (1-based offset, 0 =
 #: none), and 1.0 when it had one. Both are averaged with the logs.
 _NONFINITE_ENTRIES = 2
+
+
+def resolve_steps_per_execution(value: int | str, strategy: tf.distribute.Strategy, log_every: int) -> int:
+    """``--steps_per_execution`` for ``strategy``'s replicas: an int as given; ``auto`` -> ``log_every`` when they
+    are GPUs or TPUs, else 1.
+
+    A call never crosses a log point, so ``log_every`` is the largest K that groups steps at all. On an
+    accelerator a step takes milliseconds and the host's cost per call (dispatch, the eager ``next()``, the
+    reduction and copy of the logs) is of the same order; on CPUs the step is the host's own work and several
+    steps per call measured no gain (docs/benchmarks.md, §8 "Steps per call").
+    """
+    value = parse_steps_per_execution(value)
+    if value != AUTO_STEPS:
+        return int(value)
+    kinds = {tf.DeviceSpec.from_string(d).device_type for d in strategy.extended.worker_devices}
+    return max(1, log_every) if kinds and kinds <= {"GPU", "TPU"} else 1
 
 
 def steps_in_call(step: int, steps_per_execution: int, total_steps: int, cadences: tuple[int, ...]) -> int:

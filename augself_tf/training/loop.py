@@ -38,7 +38,7 @@ from augself_tf.training.checkpoints import (
     restore,
     training_state,
 )
-from augself_tf.training.distributed_step import DistributedSteps, steps_in_call
+from augself_tf.training.distributed_step import DistributedSteps, resolve_steps_per_execution, steps_in_call
 from augself_tf.training.health import NonFiniteLossError, advice, make_state_check
 from augself_tf.training.hparams import write_run_hparams
 from augself_tf.training.monitors import build_monitors, plan_monitors
@@ -195,6 +195,8 @@ def _train(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> T
     strategy = make_strategy(cfg.strategy, cfg.cpu_replicas, cfg.tpu)
     stop.reinstall()  # a multi-worker strategy's runtime takes SIGTERM over below Python: take it back
     cfg = dataclasses.replace(cfg, photometric=resolve_photometric(cfg.photometric),
+                              steps_per_execution=resolve_steps_per_execution(cfg.steps_per_execution, strategy,
+                                                                              cfg.log_every),
                               model_dir=cfg.resolved_model_dir())
     replicas = strategy.num_replicas_in_sync
     if cfg.batch_size % replicas:

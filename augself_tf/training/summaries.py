@@ -67,6 +67,7 @@ def describe_run(
         f"{cfg.split} ({num_examples} images), {model.backbone} width {model.width} at {cfg.augment.image_size} px\n"
         f"  photometric augmentations: {photometric} ({_WHERE[photometric]})\n{norm}"
         f"  global batch {cfg.batch_size} on {replicas} replica(s), {steps_per_epoch} steps/epoch, "
-        f"{total_steps} steps, lr {cfg.lr}×batch/256, coupled L2 {cfg.weight_decay}\n"
+        f"{total_steps} steps ({cfg.steps_per_execution} per call), lr {cfg.lr}×batch/256, coupled L2 "
+        f"{cfg.weight_decay}\n"
         f"  model_dir {cfg.model_dir}"
     )

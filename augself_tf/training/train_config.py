@@ -30,6 +30,23 @@ from augself_tf.methods.model_config import ModelConfig
 from augself_tf.runtime.strategy import STRATEGIES
 from augself_tf.training.knn import DEFAULT_K, DEFAULT_TEMPERATURE
 
+#: --steps_per_execution's default: chosen per device when the strategy is known (resolve_steps_per_execution).
+AUTO_STEPS = "auto"
+
+
+def parse_steps_per_execution(value: int | str | None) -> int | str:
+    """``--steps_per_execution`` as a run uses it: ``auto`` or a positive int; anything else one ValueError line."""
+    if value is None or str(value).strip() == AUTO_STEPS:
+        return AUTO_STEPS
+    try:
+        steps = int(str(value).strip())
+    except ValueError:
+        steps = 0
+    if steps < 1 or isinstance(value, float | bool):
+        raise ValueError(f"--steps_per_execution must be 'auto' or a positive integer (steps per call), got {value}")
+    return steps
+
+
 # What a run on the embedded data needs; the paper's 96 px (STL10) and 224 px (ImageNet100) are in flags/.
 CPU_IMAGE_SIZE = 32
 #: The largest --image_size a run accepts: 4.5x the paper's largest (224). Beyond it a batch of views does not
@@ -67,10 +84,14 @@ class TrainConfig:
                                minimum=1)
     mixed_precision: str | None = option(None, "Mixed-precision compute dtype.", choices=("float16", "bfloat16"))
     jit_compile: bool = option(False, "XLA-compile the training step.")
-    steps_per_execution: int = option(
-        1, "Training steps per tf.function call (Keras' name): the host dispatches, and reduces and reads the "
-           "logs, once per call. A call stops short of the next log, checkpoint, monitor or epoch point, so every "
-           "cadence stays exact; a stop signal is acted on after the call under way.", minimum=1)
+    steps_per_execution: int | str = option(
+        AUTO_STEPS, "Training steps per tf.function call (Keras' name), a positive integer or 'auto': --log_every "
+                    "on GPU or TPU replicas (their ms steps wait on the host's per-call cost), 1 on CPUs (where "
+                    "it measured no gain). The host dispatches, and reduces and reads the logs, once per call. A "
+                    "call stops short of the next log, checkpoint, monitor or epoch point, so every cadence stays "
+                    "exact; the progress line and TrainConfig.on_step see call ends, and a stop signal is acted "
+                    "on after the call under way (up to K - 1 steps later).",
+        parse=parse_steps_per_execution, text=str)
     deterministic: bool = option(False, "Bit-identical reruns and resumes: op determinism, and on CPU one thread "
                                          "per op (several times slower; see docs/distributed.md).")
     photometric: str = option("auto", "Where the photometric augmentations run: 'host' in tf.data, 'device' "
