@@ -338,8 +338,9 @@ def _train(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> T
             last_logs["pairs_per_sec"] = pairs_since / max(dt, 1e-9)
             summaries.write_scalars(writer, last_logs, step)
             t0, pairs_since = time.perf_counter(), 0
+            # loss/augself is logged (as 0) without AugSelf too, so TensorBoard's tags match across runs; not shown
             shown = {k.split("/")[-1]: last_logs[k] for k in ("loss/total", "loss/method", "loss/augself")
-                     if k in last_logs}
+                     if k in last_logs and (k != "loss/augself" or model.augself_heads)}
             shown.update({k.split("/")[0]: v for k, v in last_logs.items()  # each objective's, by its key
                           if k.endswith("/loss") and k.split("/")[0] in OBJECTIVES})
             progress.update(step, shown)
