@@ -87,6 +87,7 @@ def test_device_stage_equals_host_pipeline_on_real_images(name, config):
         assert len({tuple(o) for o in params["color"]["order"].numpy()}) >= 5
 
 
+@pytest.mark.usefixtures("production_graph_optimizer")  # the step as XLA compiles it in production
 def test_finish_views_compiled_with_xla_gives_the_same_views():
     """--jit_compile traces finish_views inside the XLA-compiled step: the same views and ω as uncompiled."""
     config = AugmentConfig(image_size=40, probabilities=ON)
@@ -185,6 +186,7 @@ def test_batched_jitter_gives_each_example_its_own_order_by_every_method():
         ops.color_jitter_batch(tf.constant(x), factors, orders, method="gather")
 
 
+@pytest.mark.usefixtures("production_graph_optimizer")  # the jitter as XLA compiles it in production
 def test_batched_jitter_takes_static_shapes_under_xla_and_gives_the_same_pixels():
     """Compiled with XLA, "auto" builds the select form, as before (dynamic partitions compile but run ~14x
     slower there); otherwise the partition form on a CPU (select on a GPU: tests/test_host_ops.py). Compiled or

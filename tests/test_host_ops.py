@@ -22,6 +22,9 @@ from augself_tf.data.sources import load_source
 from augself_tf.runtime.host_ops import HOST_MEMORY_OPS, count_by_op, graph_nodes, host_memory_ops
 
 SIZE = 8
+# What an accelerator runs, graph optimization included (tests/conftest.py turns it off elsewhere).
+pytestmark = pytest.mark.usefixtures("production_graph_optimizer")
+
 OPTIONS = {"moco": {"queue_size": 8}}
 
 

@@ -80,6 +80,7 @@ def test_replicas_match_passes_and_a_planted_replica_difference_fails_it_and_the
     assert report.exit_status() == 1 and report.as_json()["sections"]["correctness"][1]["status"] == FAIL
 
 
+@pytest.mark.usefixtures("production_graph_optimizer")  # host-op placement, as production runs it
 def test_an_op_forced_onto_the_host_fails_the_placement_line_and_the_exit(two_replicas):
     setup = Setup(method="simsiam")
     clean = placement.accelerator_step(two_replicas, setup, builder=tiny_model)

@@ -251,6 +251,7 @@ def test_methods_complete_their_options_from_the_data():
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("production_graph_optimizer")  # the XLA step production compiles
 @pytest.mark.parametrize("photometric", ["host", "device"])
 def test_mixed_precision_and_xla_step_on_one_device(tmp_path, photometric):
     import keras
