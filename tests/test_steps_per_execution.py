@@ -88,6 +88,7 @@ def _jit_calls(replicas: int, k: int, steps: int = 5) -> tuple[dict[int, dict], 
 
 
 @pytest.mark.slow  # XLA compiles the step and the loop around it: 1-7 min on a loaded 2-core machine
+@pytest.mark.usefixtures("production_graph_optimizer")  # XLA's clusters as a run compiles them (tests/conftest.py)
 @pytest.mark.parametrize("replicas", [1, 2], ids=["replica_function", "clusters_2_replicas"])
 def test_jit_compiled_calls_of_three_steps_equal_one_step_per_call(replicas):
     """5 steps: K = 1 runs 5 calls; K = 3 runs the first step alone, then a call of 3 (the in-graph loop around
