@@ -22,7 +22,7 @@ machine compare the K of one run by these ratios, not figures of different runs.
     python -m bench.bench_steps_per_execution --k=1,10 --rounds=2                        # the default run
     python -m bench.bench_steps_per_execution --mode=step --k=1,2,5,10 --width=0.0625 --batch_size=16 \\
         --image_size=16 --steps=300 --warmup=20 --rounds=3                               # a ms step
-    python -m bench.bench_steps_per_execution --mode=call --k=1,2,5,10 --batch_size=256 --steps=2000 \
+    python -m bench.bench_steps_per_execution --mode=call --k=1,2,5,10 --batch_size=256 --steps=2000 \\
         --warmup=100 --rounds=3                                                          # the call alone
 """
 
@@ -69,6 +69,7 @@ def time_step(args: argparse.Namespace, k: int, no_step: bool = False) -> tuple[
     """DistributedSteps alone at K = ``k`` on a repeated in-memory batch: (wall s, CPU s) per step."""
     import tensorflow as tf
 
+    from augself_tf.methods import view_plan
     from augself_tf.methods.augself_model import PretrainData
     from augself_tf.runtime.strategy import compile_mode, make_strategy
     from augself_tf.training.distributed_step import DistributedSteps, steps_in_call
@@ -80,7 +81,8 @@ def time_step(args: argparse.Namespace, k: int, no_step: bool = False) -> tuple[
                         common.STEP_TOTAL_STEPS, common.STEP_DATA_EXAMPLES // cfg.batch_size)
     model = _NoStep(strategy) if no_step else build_model(cfg, strategy, data)
     per_replica = cfg.batch_size // strategy.num_replicas_in_sync
-    batch = common.synthetic_batch(per_replica, cfg.augment.image_size)
+    views = len(view_plan(cfg.model.method, cfg.model.method_options).views)  # LooC's plan has more than two
+    batch = common.synthetic_batch(per_replica, cfg.augment.image_size, views=views)
     iterator = iter(strategy.experimental_distribute_dataset(
         tf.data.Dataset.from_tensors(batch).repeat().prefetch(2)))
     mode = compile_mode(strategy) if cfg.jit_compile else None
