@@ -80,13 +80,13 @@ def each_method(methods) -> list:
     return [m if m in FAST_METHODS else pytest.param(m, marks=pytest.mark.slow) for m in methods]
 
 
-# The files that take longest, heaviest first (measured with --durations=0 on the 2-core machine, each tier).
+# The files that take longest, heaviest first, per tier (measured with --durations=0 on the 2-core machine).
 # pytest-xdist's `--dist loadfile` hands each worker whole files in collection order once the reorder below is
 # off; its default reorder sends files with the most tests first, so the files of one or a few long runs (kill -9
 # resumes, two-worker training, the rerun check) used to start last and run alone at the end, the other worker
 # idle. Longest first keeps the tail short. A file missing here runs after these, in its usual order; a stale order
 # costs only balance, never a test.
-HEAVIEST_FIRST = (  # by each file's seconds in the slow tier, then in the fast one (docs/development.md)
+HEAVIEST_FIRST = (  # the slow tier, and both tiers in one run: by each file's seconds in the slow tier
     "test_resume.py",
     "test_flagfiles.py",
     "test_faults.py",
@@ -114,10 +114,43 @@ HEAVIEST_FIRST = (  # by each file's seconds in the slow tier, then in the fast 
     "test_methods_looc.py",
     "test_progress.py",
 )
+# The fast tier (`-m "not slow"`) by its own seconds: the slow tier's order left heavy fast files (the objectives',
+# the self-check's) last, alphabetically, and one worker finished 26 s of test time before the other (simulated
+# from one run's durations with xdist's scheduling; by this order, 0.1 s apart).
+HEAVIEST_FIRST_FAST = (
+    "test_accelerator_path.py",
+    "test_methods_base.py",
+    "test_pair_stream.py",
+    "test_device_stage.py",
+    "test_condition_kinds.py",
+    "test_objectives_essl.py",
+    "test_objectives_stl.py",
+    "test_views.py",
+    "test_selfcheck.py",
+    "test_eval_omega_probe.py",
+    "test_analyses.py",
+    "test_objectives_equimod.py",
+    "test_host_ops.py",
+    "test_conditioning.py",
+    "test_resume.py",
+    "test_augment.py",
+    "test_methods_looc.py",
+    "test_faults.py",
+    "test_methods_momentum.py",
+    "test_mixed_precision.py",
+    "test_loss_scale.py",
+    "test_checkpoints.py",
+    "test_saved_model_compat.py",
+    "test_objectives.py",
+    "test_monitors.py",
+    "test_eval_e2e.py",
+    "test_catalog.py",
+    "test_methods_moco.py",
+)
 
 
 def pytest_configure(config) -> None:
-    """Under pytest-xdist, schedule files in collection order (see HEAVIEST_FIRST)."""
+    """Under pytest-xdist, schedule files in collection order (see HEAVIEST_FIRST and HEAVIEST_FIRST_FAST)."""
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
 
@@ -132,6 +165,8 @@ def pytest_collection_finish(session) -> None:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """The files of HEAVIEST_FIRST first, in its order; the others after them, as collected (a stable sort)."""
-    rank = {name: i for i, name in enumerate(HEAVIEST_FIRST)}
+    """The files of the tier's order first (HEAVIEST_FIRST_FAST for `-m "not slow"`, HEAVIEST_FIRST otherwise), in
+    that order; the others after them, as collected (a stable sort)."""
+    fast_tier = config.getoption("markexpr", "").replace(" ", "") == "notslow"
+    rank = {name: i for i, name in enumerate(HEAVIEST_FIRST_FAST if fast_tier else HEAVIEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(HEAVIEST_FIRST)))
