@@ -253,7 +253,7 @@ def toy_registered():
     assert "shift" not in registry.AUGMENTATIONS
 
 
-def test_a_toy_augmentation_is_one_entry_predicted_and_trained(toy_registered, tmp_path):
+def test_a_toy_augmentation_is_one_entry_and_the_device_stage_applies_it(toy_registered):
     assert [s.name for s in registry.PIPELINE][:4] == ["crop", "flip", "color", "shift"]
     assert "shift" in registry.AUGSELF_CHOICES and registry.parse_augself("crop,shift") == ("crop", "shift")
     assert "shift" in registry.CONDITION_CHOICES and registry.parse_condition("shift,crop") == ("shift", "crop")
@@ -265,6 +265,11 @@ def test_a_toy_augmentation_is_one_entry_predicted_and_trained(toy_registered, t
     host, device, omega_h, _, _ = _both_modes(dataclasses.replace(config, image_size=32), salt=11)
     assert np.abs(device - host).mean() <= 2e-3
     assert all(abs(float(o["shift"][0])) > 0 for o in omega_h)
+
+
+@pytest.mark.slow  # a whole train() run (docs/development.md): the entry above stays in the fast tier
+def test_a_toy_augmentation_is_predicted_and_trained(toy_registered, tmp_path):
+    config = AugmentConfig(image_size=16, probabilities={"shift_prob": 1.0})
     cfg = make_config(method="simsiam", augself=("crop", "shift"), condition=("shift",), dataset="shapes",
                       backbone="resnet18_cifar", condition_width=8, condition_depth=2,
                       width=0.0625, augment=config, batch_size=8, max_steps=1, model_dir=str(tmp_path),
