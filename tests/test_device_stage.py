@@ -172,14 +172,17 @@ def test_batched_jitter_gives_each_example_its_own_order_by_every_method():
         "nothing applied": (x, factors, orders, np.zeros(n, bool)),
         "a batch of one": (x[:1], factors[:1], orders[16:17], np.ones(1, bool)),
     }
+    # One traced function per method, the cases its arguments (as the training step passes them): a trace per
+    # batch shape, not one per case.
+    graphs = {method: tf.function(functools.partial(ops.color_jitter_batch, method=method))
+              for method in ops.JITTER_METHODS}
     for name, (xs, fs, os_, ap) in cases.items():
         want = _jitter_one_by_one(xs, fs, os_, ap)
         for method in ops.JITTER_METHODS:
             got = ops.color_jitter_batch(tf.constant(xs), fs, os_, tf.constant(ap), method=method).numpy()
             np.testing.assert_array_equal(got, want, err_msg=f"{name}, {method}")
-            graph = tf.function(functools.partial(ops.color_jitter_batch, factors=fs, order=os_,
-                                                       applied=tf.constant(ap), method=method))
-            np.testing.assert_array_equal(graph(tf.constant(xs)).numpy(), want, err_msg=f"{name}, {method}, graph")
+            graph = graphs[method](tf.constant(xs), tf.constant(fs), tf.constant(os_), tf.constant(ap)).numpy()
+            np.testing.assert_array_equal(graph, want, err_msg=f"{name}, {method}, graph")
     without_mask = ops.color_jitter_batch(tf.constant(x), factors, orders).numpy()
     np.testing.assert_array_equal(without_mask, _jitter_one_by_one(x, factors, orders, np.ones(n, bool)))
     with pytest.raises(ValueError, match="method must be one of"):
@@ -253,7 +256,7 @@ def toy_registered():
     assert "shift" not in registry.AUGMENTATIONS
 
 
-def test_a_toy_augmentation_is_one_entry_predicted_and_trained(toy_registered, tmp_path):
+def test_a_toy_augmentation_is_one_entry_and_the_device_stage_applies_it(toy_registered):
     assert [s.name for s in registry.PIPELINE][:4] == ["crop", "flip", "color", "shift"]
     assert "shift" in registry.AUGSELF_CHOICES and registry.parse_augself("crop,shift") == ("crop", "shift")
     assert "shift" in registry.CONDITION_CHOICES and registry.parse_condition("shift,crop") == ("shift", "crop")
@@ -265,6 +268,11 @@ def test_a_toy_augmentation_is_one_entry_predicted_and_trained(toy_registered, t
     host, device, omega_h, _, _ = _both_modes(dataclasses.replace(config, image_size=32), salt=11)
     assert np.abs(device - host).mean() <= 2e-3
     assert all(abs(float(o["shift"][0])) > 0 for o in omega_h)
+
+
+@pytest.mark.slow  # a whole train() run (docs/development.md): the entry above stays in the fast tier
+def test_a_toy_augmentation_is_predicted_and_trained(toy_registered, tmp_path):
+    config = AugmentConfig(image_size=16, probabilities={"shift_prob": 1.0})
     cfg = make_config(method="simsiam", augself=("crop", "shift"), condition=("shift",), dataset="shapes",
                       backbone="resnet18_cifar", condition_width=8, condition_depth=2,
                       width=0.0625, augment=config, batch_size=8, max_steps=1, model_dir=str(tmp_path),

@@ -264,14 +264,15 @@ def test_probe_vs_head_runs_a_runs_heads_as_the_model_does(tmp_path):
     """reproduce/probe_vs_head.py's NumPy head, read from a training checkpoint, gives what the model's own
     Keras head gives in inference mode (BN moving statistics set away from their initial values first)."""
     from helpers import batch as make_batch
-    from helpers import compile_model, make_model, run_steps
+    from helpers import compile_model, eager_steps, make_model
 
     from augself_tf.training.checkpoints import make_checkpoint
     from reproduce.probe_vs_head import head_predictions
 
     model = make_model("simsiam", augself=("crop", "rotation"))
     compile_model(model)
-    run_steps(model, [make_batch(0), make_batch(1)])  # moves weights and BN statistics off their initial values
+    # Moves weights and BN statistics off their initial values; untraced: the step is only the means here.
+    eager_steps(model, [make_batch(0), make_batch(1)])
     path = make_checkpoint(model, model.optimizer).save(str(tmp_path / "ckpt"))
     pairs = np.random.default_rng(0).normal(size=(9, 2 * model.feature_dim)).astype(np.float32)
     for name in ("crop", "rotation"):

@@ -292,24 +292,28 @@ def test_divergence_advice_names_the_flag_that_caused_it():
 
 
 # 9. A full permutation of the data every epoch, a function of (seed, epoch): resume stays exact.
-def _epoch_indices(source, epoch: int, n: int, seed: int = 0) -> np.ndarray:
+def _epoch_indices(source, epochs: int, n: int, seed: int = 0, start_epoch: int = 0) -> list[np.ndarray]:
+    """The example order of each of epochs [``start_epoch``, ``epochs``) of one stream (one batch of ``n`` each)."""
     rows, _ = source
     fake = ({**rows, "i": np.arange(n)}, lambda r: {"image": tf.zeros([8, 8, 3], tf.uint8), "label": r["i"]})
     from augself_tf.augment import AugmentConfig
 
-    ds = make_pair_dataset(fake, AugmentConfig(image_size=8), seed=seed, batch_size=n, start_epoch=epoch,
-                           num_epochs=epoch + 1, shuffle_buffer=4)
-    return next(iter(ds))["label"].numpy()
+    ds = make_pair_dataset(fake, AugmentConfig(image_size=8), seed=seed, batch_size=n, start_epoch=start_epoch,
+                           num_epochs=epochs, shuffle_buffer=4)
+    return [b["label"].numpy() for b in ds]
 
 
 def test_folder_epochs_are_full_permutations_uncorrelated_and_replayable():
     rows, decode = folder.records("/work/shared/data/flowers17", "train")
     n = 200
     rows = {k: v[:n] for k, v in rows.items()}  # the records of the first 200 files: a few seconds per epoch
-    e0, e1, again = (_epoch_indices((rows, decode), e, n) for e in (0, 1, 0))
+    # Epochs 0 and 1 of one stream, and epoch 1 of a stream rebuilt to start there, as a resume builds it (each
+    # build traces the augment graph: two builds, not one per epoch).
+    (e0, e1), (again,) = _epoch_indices((rows, decode), 2, n), _epoch_indices((rows, decode), 2, n, start_epoch=1)
     assert sorted(e0) == list(range(n)) and sorted(e1) == list(range(n))  # every image exactly once
-    np.testing.assert_array_equal(e0, again)  # a function of (seed, epoch)
-    np.testing.assert_array_equal(e0, epoch_order(0, tf.constant(0, tf.int64), n).numpy())
+    np.testing.assert_array_equal(e1, again)  # a function of (seed, epoch): a resumed stream replays it
+    for epoch, order in enumerate((e0, e1)):
+        np.testing.assert_array_equal(order, epoch_order(0, tf.constant(epoch, tf.int64), n).numpy())
     # With a 4-image buffer the old stream kept each image within a few places of its source position in
     # every epoch (correlation > 0.99); a fresh permutation is uncorrelated with the last.
     position = lambda order: np.argsort(order)  # noqa: E731
@@ -336,8 +340,15 @@ def test_buffer_shuffled_sources_get_a_new_order_every_epoch():
 
     n = 64
     source = tf.data.Dataset.range(n).map(lambda i: {"image": tf.zeros([8, 8, 3], tf.uint8), "label": i})
-    orders = [next(iter(make_pair_dataset(source, AugmentConfig(image_size=8), seed=0, batch_size=n, start_epoch=e,
-                                          num_epochs=e + 1, shuffle_buffer=n)))["label"].numpy() for e in (0, 1, 0)]
-    assert sorted(orders[0]) == list(range(n))
-    assert not np.array_equal(orders[0], orders[1])
-    np.testing.assert_array_equal(orders[0], orders[2])
+
+    def orders(start_epoch: int) -> list[np.ndarray]:
+        ds = make_pair_dataset(source, AugmentConfig(image_size=8), seed=0, batch_size=n, start_epoch=start_epoch,
+                               num_epochs=2, shuffle_buffer=n)
+        return [b["label"].numpy() for b in ds]
+
+    # Epochs 0 and 1 of one stream, then epoch 1 of a stream rebuilt to start there, as a resume builds it (each
+    # build traces the augment graph: two builds, not one per epoch).
+    (e0, e1), (again,) = orders(0), orders(1)
+    assert sorted(e0) == list(range(n)) and sorted(e1) == list(range(n))
+    assert not np.array_equal(e0, e1)
+    np.testing.assert_array_equal(e1, again)

@@ -88,7 +88,19 @@ def test_two_view_batches_are_byte_identical_to_the_pipeline_before_view_plans(c
 IMAGES = real_images(tiny=(131, 8), cifar=(307, 4))
 
 
+_VIEWS: dict[tuple[str, str, str, int], list[dict]] = {}
+
+
 def _views(config: AugmentConfig, plan: ViewPlan, photometric: str = "host", salt: int = 5) -> list[dict]:
+    """Every image's views of ``plan`` (a function of its arguments: computed once per module, eagerly, image by
+    image; two tests ask for the same host views)."""
+    key = (repr(config), repr(plan), photometric, salt)
+    if key not in _VIEWS:
+        _VIEWS[key] = _compute_views(config, plan, photometric, salt)
+    return _VIEWS[key]
+
+
+def _compute_views(config: AugmentConfig, plan: ViewPlan, photometric: str, salt: int) -> list[dict]:
     out = [augment_views(image, tf.constant([salt, i], tf.int64), config, plan, photometric)
            for i, image in enumerate(IMAGES)]
     if photometric == "device":  # finish each example as a batch of one, the way the training step does
