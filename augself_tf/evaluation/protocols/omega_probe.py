@@ -79,17 +79,37 @@ def augment_config(image_size: int):
     return AugmentConfig(image_size=image_size, probabilities=on)
 
 
-def make_pair_view(config, seed: int, view: int):
-    """``view(image, index) -> (pixels, {omega_<name>: ω})``: view ``view`` ∈ {0, 1} of image ``index``."""
+#: One traced pair view per (augment config, seed), shared by both views and every split: tf.data traces a map's
+#: function once per dataset, and augment_view's graph (the whole training pipeline) made 4 traces a run.
+_PAIR_VIEWS: dict[tuple[str, int], tf.types.experimental.GenericFunction] = {}
+
+
+def _pair_view_function(config, seed: int):
+    """``fn(image, index, view)`` as one tf.function; tf.data's maps call its concrete function."""
     from augself_tf.augment import augment_view
 
-    @tf.autograph.experimental.do_not_convert  # graph-safe as written: faster tracing
-    def fn(image: tf.Tensor, index: tf.Tensor):
-        s = tf.stack([tf.constant(seed, tf.int64), tf.cast(index, tf.int64) * 2 + view])
-        pixels, omega = augment_view(image, s, config)
-        return pixels, {PREFIX + k: v for k, v in omega.items()}
+    key = (repr(config), seed)
+    if key not in _PAIR_VIEWS:
+        # augment_view is graph-safe as written: no autograph conversion (faster tracing).
+        @tf.function(autograph=False, reduce_retracing=True)
+        def fn(image: tf.Tensor, index: tf.Tensor, view: tf.Tensor):
+            s = tf.stack([tf.constant(seed, tf.int64), index * 2 + view])
+            pixels, omega = augment_view(image, s, config)
+            return pixels, {PREFIX + k: v for k, v in omega.items()}
 
-    return fn
+        _PAIR_VIEWS[key] = fn
+    return _PAIR_VIEWS[key]
+
+
+def make_pair_view(config, seed: int, view: int):
+    """``view(image, index) -> (pixels, {omega_<name>: ω})``: view ``view`` ∈ {0, 1} of image ``index``."""
+    fn = _pair_view_function(config, seed)
+
+    @tf.autograph.experimental.do_not_convert
+    def call(image: tf.Tensor, index: tf.Tensor):
+        return fn(image, tf.cast(index, tf.int64), tf.constant(view, tf.int64))
+
+    return call
 
 
 def pair_targets(fields1: dict, fields2: dict, names: tuple[str, ...]) -> dict[str, omega_regression.Target]:
