@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import glob
 import os
+from collections.abc import Callable
 
 import keras
 import numpy as np
@@ -146,6 +147,27 @@ def replica_values(var) -> list[np.ndarray]:
     tf_var = getattr(var, "value", var)
     return [np.asarray(v) for v in getattr(tf_var, "values", [tf_var])]
 
+
+
+#: One-device references already stepped, by the key their callers give (see `one_device_reference`).
+_REFERENCES: dict[tuple, tuple[AugSelfModel, dict]] = {}
+
+
+def one_device_reference(key: tuple, build: Callable[[], AugSelfModel],
+                         batches: list[dict]) -> tuple[AugSelfModel, dict]:
+    """``build()``'s model, compiled, after `run_steps` on ``batches`` on one device, and its last step's logs: built
+    once per ``key`` in a test process and handed to every later caller with that key.
+
+    For parametrizations that compare several multi-replica runs with the same one-device run: its trace is half
+    of each such test. ``key`` must name everything ``build`` and ``batches`` depend on. The model is the
+    reference's state after its steps; callers read it and never step it again, so every caller, whichever runs
+    first, gets what it would have built itself (the builds seed their weights, the batches are fixed).
+    """
+    if key not in _REFERENCES:
+        model = build()
+        compile_model(model)
+        _REFERENCES[key] = model, run_steps(model, batches)[-1]
+    return _REFERENCES[key]
 
 
 def assert_replicas_equal_one_device(single, double, one: dict, two: dict) -> None:
