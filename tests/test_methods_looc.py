@@ -13,7 +13,17 @@ import pytest
 import tensorflow as tf
 from absl import flags as absl_flags
 from conftest import mirrored_cpus
-from helpers import compile_model, make_model, omega, replica_values, run_steps, tiny_backbone, tiny_run, unit
+from helpers import (
+    compile_model,
+    eager_steps,
+    make_model,
+    omega,
+    replica_values,
+    run_steps,
+    tiny_backbone,
+    tiny_run,
+    unit,
+)
 
 from augself_tf.augment import registry
 from augself_tf.augment.steps import Step
@@ -107,7 +117,7 @@ def test_two_replicas_equal_one_device_and_queues_hold_k0_of_both_replicas():
     # device: test_methods_base.py's loss-falls test).
     single = make_model("looc", augself=("crop",), sync=True, **SMALL)
     compile_model(single)
-    one = run_steps(single, [b])[0]
+    one = eager_steps(single, [b])[0]  # the reference's arithmetic, untraced (helpers.eager_steps)
     strategy = mirrored_cpus()
     with strategy.scope():
         double = make_model("looc", augself=("crop",), sync=True, **SMALL)
