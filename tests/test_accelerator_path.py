@@ -6,6 +6,7 @@ replicas compiles the step's clusters around its collectives (XLA has no CPU col
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -15,6 +16,7 @@ from conftest import each_method, mirrored_cpus
 from helpers import batch, compile_model, half, make_model, replica_values, run_steps, tiny_run
 
 from augself_tf.augment import AugmentConfig, ops
+from augself_tf.augment.views import ViewPlan
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import source_info
 from augself_tf.methods import METHODS
@@ -35,7 +37,11 @@ def _views(method: str) -> int:
 
 def _two_replica_run(method: str, strategy: tf.distribute.Strategy, batches: list[dict]):
     with strategy.scope():
-        model = make_model(method, sync=True, total_steps=4, steps_per_epoch=2, **OPTIONS.get(method, {}))
+        # One AugSelf head: the paths differ in how the step reduces, and a second head is the same MLP and
+        # synchronised BN reduced the same way, a quarter more ops to trace (two heads on one device: the HLO test
+        # below, test_methods_base's loss-falls test, test_mixed_precision).
+        model = make_model(method, augself=("crop",), sync=True, total_steps=4, steps_per_epoch=2,
+                           **OPTIONS.get(method, {}))
     compile_model(model, strategy, total_steps=4)
     return model, run_steps(model, batches, strategy)
 
@@ -70,9 +76,16 @@ def test_the_default_reduction_on_logical_cpus_is_the_collective_all_reduce():
 def _device_stage_batch(method: str) -> dict:
     """A batch of 4 from the real input pipeline, photometric steps left to the step (uint8 views): the colour
     jitter's per-example order is then applied inside the compiled function."""
-    cfg = tiny_run("unused", method=method, batch_size=4, augment=AugmentConfig(image_size=16))
+    return _device_stage_batch_of(METHODS[method].view_plan({}))
+
+
+@functools.cache
+def _device_stage_batch_of(plan: ViewPlan) -> dict:
+    """The batch a plan's views give: the pipeline reads the method only through them, so methods of one plan
+    share it (building the pipeline costs 1.6-3.4 CPU s)."""
+    cfg = tiny_run("unused", batch_size=4, augment=AugmentConfig(image_size=16))
     data = make_pair_dataset(pair_source(cfg, True), cfg.augment, seed=1, batch_size=4, batches_per_epoch=1,
-                             shuffle_buffer=16, cache=True, photometric="device", views=METHODS[method].view_plan({}))
+                             shuffle_buffer=16, cache=True, photometric="device", views=plan)
     return next(iter(data))
 
 

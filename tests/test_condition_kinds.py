@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import each_method, mirrored_cpus
-from helpers import assert_replicas_equal_one_device, batch, compile_model, run_steps, tiny_run
+from helpers import assert_replicas_equal_one_device, batch, compile_model, eager_steps, run_steps, tiny_run
 from test_conditioning import CASSLE, build, conditioned_batch, head
 
 from augself_tf.augment import AugmentConfig
@@ -314,7 +314,7 @@ def test_two_replicas_equal_one_device_with_a_hypernetwork_and_a_conditioned_pre
                   condition_kind="hypernet", condition_predictor=True, condition_descriptor="relative", sync=True)
     single = build("simsiam", **common)
     compile_model(single)
-    one = run_steps(single, [b])[0]
+    one = eager_steps(single, [b])[0]  # the reference's arithmetic, untraced (helpers.eager_steps)
     strategy = mirrored_cpus()
     with strategy.scope():
         double = build("simsiam", **common)

@@ -226,7 +226,7 @@ def test_two_replicas_equal_one_device_with_a_conditioned_projector():
     common = dict(condition=("crop", "color", "grayscale"), condition_width=8, condition_depth=2, sync=True)
     single = build("simclr", **common)
     compile_model(single)
-    one = run_steps(single, [b])[0]
+    one = eager_steps(single, [b])[0]  # the reference's arithmetic, untraced (helpers.eager_steps)
     strategy = mirrored_cpus()
     with strategy.scope():
         double = build("simclr", **common)

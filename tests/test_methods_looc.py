@@ -13,7 +13,17 @@ import pytest
 import tensorflow as tf
 from absl import flags as absl_flags
 from conftest import mirrored_cpus
-from helpers import compile_model, make_model, omega, replica_values, run_steps, tiny_backbone, tiny_run, unit
+from helpers import (
+    compile_model,
+    eager_steps,
+    make_model,
+    omega,
+    replica_values,
+    run_steps,
+    tiny_backbone,
+    tiny_run,
+    unit,
+)
 
 from augself_tf.augment import registry
 from augself_tf.augment.steps import Step
@@ -103,12 +113,14 @@ def test_the_models_loss_is_looc_nce_of_its_own_embeddings_with_differs_read_fro
 
 def test_two_replicas_equal_one_device_and_queues_hold_k0_of_both_replicas():
     b = _looc_batch(2, n=8)
-    single = make_model("looc", augself=("crop", "color"), sync=True, **SMALL)
+    # One AugSelf head: a second is the same MLP through the same code, reduced the same way (two heads on one
+    # device: test_methods_base.py's loss-falls test).
+    single = make_model("looc", augself=("crop",), sync=True, **SMALL)
     compile_model(single)
-    one = run_steps(single, [b])[0]
+    one = eager_steps(single, [b])[0]  # the reference's arithmetic, untraced (helpers.eager_steps)
     strategy = mirrored_cpus()
     with strategy.scope():
-        double = make_model("looc", augself=("crop", "color"), sync=True, **SMALL)
+        double = make_model("looc", augself=("crop",), sync=True, **SMALL)
     compile_model(double, strategy)
     two = run_steps(double, [b], strategy)[0]
     for key in ("loss/method", "loss/augself", "looc/z0_loss", "looc/color_loss", "looc/rotation_loss"):

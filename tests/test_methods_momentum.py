@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import batch, compile_model, make_model, run_steps, tiny_backbone
+from helpers import batch, compile_model, make_model, tiny_backbone
 from package_source import modules
 
 from augself_tf.losses.negative_cosine import negative_cosine
@@ -121,9 +121,12 @@ def _online_and_target(model: MomentumMethod) -> tuple[list, list]:
 def _check_steps(model: MomentumMethod, momenta: list[float]) -> None:
     """One train step per m in `momenta`: after each, target = m·old target + (1 − m)·new online weight."""
     online, target = _online_and_target(model)
+    # One trace for every step (run_steps traces anew per call): it must read each step's momentum from the step
+    # counter at run time, not from a value frozen in at trace time.
+    step = tf.function(model.train_step)
     for k, m in enumerate(momenta):
         before = [t.numpy() for t in target]
-        run_steps(model, [batch(k)])
+        step(batch(k))
         assert float(model.current_momentum()) == pytest.approx(m, abs=1e-7)
         moved = 0.0
         for o, t, old in zip(online, target, before, strict=True):

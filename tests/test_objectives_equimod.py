@@ -13,6 +13,7 @@ from helpers import (
     assert_replicas_equal_one_device,
     batch,
     compile_model,
+    eager_steps,
     make_model,
     np_log_softmax,
     run_steps,
@@ -141,12 +142,14 @@ def test_it_trains_and_composes_with_augself_and_a_conditioned_projector():
 
 def test_two_replicas_equal_one_device():
     b = eq_batch(3)
-    single = make_model("simclr", sync=True, **SMALL_EQ)
+    # One AugSelf head: a second is the same MLP through the same code, reduced the same way (EquiMod with two
+    # heads: the one-device test above).
+    single = make_model("simclr", augself=("crop",), sync=True, **SMALL_EQ)
     compile_model(single)
-    one = run_steps(single, [b])[0]
+    one = eager_steps(single, [b])[0]  # the reference's arithmetic, untraced (helpers.eager_steps)
     strategy = mirrored_cpus()
     with strategy.scope():
-        double = make_model("simclr", sync=True, **SMALL_EQ)
+        double = make_model("simclr", augself=("crop",), sync=True, **SMALL_EQ)
     compile_model(double, strategy)
     two = run_steps(double, [b], strategy)[0]
     np.testing.assert_allclose(two["equimod/loss"], one["equimod/loss"], rtol=1e-5)

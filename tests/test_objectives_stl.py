@@ -15,6 +15,7 @@ from helpers import (
     assert_replicas_equal_one_device,
     batch,
     compile_model,
+    eager_steps,
     make_model,
     np_log_softmax,
     run_steps,
@@ -143,7 +144,7 @@ def test_two_replicas_equal_one_device():
     b = batch(3, n=8)
     single = make_model("simclr", augself=(), sync=True, stl_equi_dim=3, **SMALL_STL)
     compile_model(single)
-    one = run_steps(single, [b])[0]
+    one = eager_steps(single, [b])[0]  # the reference's arithmetic, untraced (helpers.eager_steps)
     strategy = mirrored_cpus()
     with strategy.scope():
         double = make_model("simclr", augself=(), sync=True, stl_equi_dim=3, **SMALL_STL)
