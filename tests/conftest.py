@@ -114,38 +114,40 @@ HEAVIEST_FIRST = (  # the slow tier, and both tiers in one run: by each file's s
     "test_methods_looc.py",
     "test_progress.py",
 )
-# The fast tier (`-m "not slow"`) by its own seconds: the slow tier's order left heavy fast files (the objectives',
-# the self-check's) last, alphabetically, and one worker finished 26 s of test time before the other (simulated
-# from one run's durations with xdist's scheduling; by this order, 0.1 s apart).
+# The fast tier (`-m "not slow"`) by its own seconds (files of 5 s or more): the slow tier's order left heavy fast
+# files (the objectives', the self-check's) last, alphabetically, and one worker finished 26 s of test time before
+# the other (simulated from one run's durations with xdist's scheduling; by this order, under 1 s apart).
 HEAVIEST_FIRST_FAST = (
     "test_accelerator_path.py",
-    "test_methods_base.py",
     "test_pair_stream.py",
+    "test_methods_base.py",
     "test_device_stage.py",
-    "test_condition_kinds.py",
-    "test_objectives_essl.py",
     "test_objectives_stl.py",
-    "test_views.py",
     "test_selfcheck.py",
+    "test_objectives_essl.py",
+    "test_views.py",
+    "test_condition_kinds.py",
     "test_eval_omega_probe.py",
     "test_analyses.py",
-    "test_objectives_equimod.py",
     "test_host_ops.py",
-    "test_conditioning.py",
     "test_resume.py",
+    "test_objectives_equimod.py",
+    "test_conditioning.py",
     "test_augment.py",
-    "test_methods_looc.py",
     "test_faults.py",
-    "test_methods_momentum.py",
-    "test_mixed_precision.py",
-    "test_loss_scale.py",
-    "test_checkpoints.py",
-    "test_saved_model_compat.py",
-    "test_objectives.py",
-    "test_monitors.py",
+    "test_methods_looc.py",
     "test_eval_e2e.py",
+    "test_saved_model_compat.py",
+    "test_monitors.py",
+    "test_data_sources.py",
+    "test_objectives.py",
     "test_catalog.py",
+    "test_methods_momentum.py",
+    "test_checkpoints.py",
     "test_methods_moco.py",
+    "test_loss_scale.py",
+    "test_crop_sampler.py",
+    "test_mixed_precision.py",
 )
 
 
