@@ -106,9 +106,12 @@ class TorchSGD(keras.optimizers.Optimizer):
             self._gated_update(g, variable, lr, i)
             return
         if self.momentum:
-            buffer = self.momentums[i]
-            self.assign(buffer, tf.cast(self.momentum, variable.dtype) * buffer + g)
-            g = buffer
+            # One fused kernel, b ← μ·b + g; θ ← θ − lr·b (PyTorch's order): 1 op where the composed update had
+            # about 9 per variable (fewer graph ops to trace on every replica, fewer kernel launches a step).
+            tf.raw_ops.ResourceApplyMomentum(var=variable.handle, accum=self.momentums[i].handle, lr=lr, grad=g,
+                                             momentum=tf.cast(self.momentum, variable.dtype), use_locking=False,
+                                             use_nesterov=False)
+            return
         self.assign_sub(variable, lr * g)
 
     def _gated_update(self, g: tf.Tensor, variable, lr: tf.Tensor, i: int) -> None:
