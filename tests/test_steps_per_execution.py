@@ -183,12 +183,11 @@ def test_two_workers_with_k5_stop_at_one_step_on_a_sigterm_to_one_and_resume(tmp
     """Two workers on localhost running calls of 5 steps (logs every 10): a SIGTERM to the non-chief stops both
     after one call, at one step, saved in the chief's --model_dir; the same commands resume there and finish."""
     import test_worker_agreement
-    from test_worker_agreement import TINY, _finish, _start, _stop_line
+    from test_worker_agreement import TINY, _agreed_stop, _finish, _resume_to_the_end, _start, _wait_until_both_train
 
     # Each launch traces the one-step function and the loop function on both workers: over 5 minutes a launch
     # on a loaded 2-core machine (measured), past the two-worker tests' 400 s.
     monkeypatch.setattr(test_worker_agreement, "TIMEOUT", 900)
-    TIMEOUT = test_worker_agreement.TIMEOUT  # noqa: N806
 
     steps = 40
     flags = [f for f in TINY if not f.startswith(("--max_steps=", "--log_every="))]
@@ -198,27 +197,10 @@ def test_two_workers_with_k5_stop_at_one_step_on_a_sigterm_to_one_and_resume(tmp
     cmd = [sys.executable, os.path.join(ROOT, "train_main.py"), *flags, f"--max_steps={steps}", "--log_every=10",
            "--steps_per_execution=5", f"--model_dir={model_dir}"]
     procs = _start([cmd, cmd], logs, "first")
-    deadline = time.time() + TIMEOUT
-    while time.time() < deadline and all(p.poll() is None for p, _ in procs):
-        with open(procs[0][1]) as f:
-            if "pretrain " in f.read():  # the chief's progress line: both workers are in the loop
-                break
-        time.sleep(0.05)
+    _wait_until_both_train(procs)
     procs[1][0].send_signal(signal.SIGTERM)
-    first = _finish(procs)
-    for i, (code, out) in enumerate(first):
-        assert code == 128 + signal.SIGTERM, f"worker {i} exit {code}:\n{out[-3000:]}"
-        assert "Traceback" not in out, out[-3000:]
-    lines = [_stop_line(out) for _, out in first]
-    stopped = {int(x.split("after step ")[1].split("/")[0]) for x in lines}
-    assert len(stopped) == 1, lines
-    step = stopped.pop()
-    assert 0 < step < steps, lines
+    step, _ = _agreed_stop(_finish(procs), steps)
     ckpts = os.path.join(model_dir, "checkpoints")
     saved = os.path.join(ckpts, f"ckpt-{step}")
     assert tf.train.latest_checkpoint(ckpts) == saved
-    second = _finish(_start([cmd, cmd], logs, "second"))
-    for i, (code, out) in enumerate(second):
-        assert code == 0, f"worker {i} exit {code}:\n{out[-3000:]}"
-        assert f"Resumed from {saved}" in out
-    assert tf.train.latest_checkpoint(ckpts) == os.path.join(ckpts, f"ckpt-{steps}")
+    _resume_to_the_end([cmd, cmd], logs, ckpts, saved, steps)

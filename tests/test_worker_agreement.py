@@ -71,6 +71,39 @@ def _stop_line(out: str) -> str:
     return lines[0]
 
 
+def _wait_until_both_train(procs: list[tuple[subprocess.Popen, str]]) -> None:
+    """Returns once the chief prints its progress line (a step is a collective, so both workers are in the loop),
+    a worker exits, or TIMEOUT passes."""
+    deadline = time.time() + TIMEOUT
+    while time.time() < deadline and all(p.poll() is None for p, _ in procs):
+        with open(procs[0][1]) as f:
+            if "pretrain " in f.read():
+                return
+        time.sleep(0.05)
+
+
+def _agreed_stop(first: list[tuple[int | None, str]], steps: int) -> tuple[int, list[str]]:
+    """The one step every worker stopped at after a SIGTERM (0 < step < steps), and each worker's stop line: each
+    exited as a pre-emption, with no traceback."""
+    for i, (code, out) in enumerate(first):  # neither hangs; the one not signalled stops as a pre-emption too
+        assert code == 128 + signal.SIGTERM, f"worker {i} exit {code}:\n{out[-3000:]}"
+        assert "Traceback" not in out, out[-3000:]
+    lines = [_stop_line(out) for _, out in first]
+    stopped = {int(x.split("after step ")[1].split("/")[0]) for x in lines}
+    assert len(stopped) == 1, lines  # one agreed step
+    step = stopped.pop()
+    assert 0 < step < steps, lines
+    return step, lines
+
+
+def _resume_to_the_end(cmds: list[list[str]], logs: str, ckpts: str, saved: str, steps: int) -> None:
+    """The same commands again: every worker resumes from SAVED and the run ends with the checkpoint of STEPS."""
+    for i, (code, out) in enumerate(_finish(_start(cmds, logs, "second"))):
+        assert code == 0, f"worker {i} exit {code}:\n{out[-3000:]}"
+        assert f"Resumed from {saved}" in out
+    assert tf.train.latest_checkpoint(ckpts) == os.path.join(ckpts, f"ckpt-{steps}")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signalled", [1, 0], ids=["non_chief", "chief"])
 def test_sigterm_to_one_worker_stops_both_at_one_saved_step_and_resumes(tmp_path, signalled):
@@ -79,23 +112,9 @@ def test_sigterm_to_one_worker_stops_both_at_one_saved_step_and_resumes(tmp_path
     os.makedirs(logs)
     cmd = [sys.executable, os.path.join(ROOT, "train_main.py"), *TINY, f"--model_dir={model_dir}"]
     procs = _start([cmd, cmd], logs, "first")
-    deadline = time.time() + TIMEOUT
-    # The chief's progress line means the loop runs on both workers (a step is a collective).
-    while time.time() < deadline and all(p.poll() is None for p, _ in procs):
-        with open(procs[0][1]) as f:
-            if "pretrain " in f.read():
-                break
-        time.sleep(0.05)
+    _wait_until_both_train(procs)
     procs[signalled][0].send_signal(signal.SIGTERM)
-    first = _finish(procs)
-    for i, (code, out) in enumerate(first):  # neither hangs; the one not signalled stops as a pre-emption too
-        assert code == 128 + signal.SIGTERM, f"worker {i} exit {code}:\n{out[-3000:]}"
-        assert "Traceback" not in out, out[-3000:]
-    lines = [_stop_line(out) for _, out in first]
-    steps = {int(x.split("after step ")[1].split("/")[0]) for x in lines}
-    assert len(steps) == 1, lines  # one agreed step
-    step = steps.pop()
-    assert 0 < step < STEPS, lines
+    step, lines = _agreed_stop(_finish(procs), STEPS)
     assert lines[signalled].startswith("stopped by SIGTERM after step ")
     assert lines[1 - signalled].startswith("stopped by SIGTERM (sent to another worker) after step ")
     ckpts = os.path.join(model_dir, "checkpoints")
@@ -107,11 +126,7 @@ def test_sigterm_to_one_worker_stops_both_at_one_saved_step_and_resumes(tmp_path
     assert int(reader.get_tensor("state/optimizer.Storch_sgd.Siteration/.ATTRIBUTES/VARIABLE_VALUE")) == step
     assert not [d for d in os.listdir(os.path.join(logs, "tmp1")) if d.startswith("augself_worker_")]
 
-    second = _finish(_start([cmd, cmd], logs, "second"))  # the same commands
-    for i, (code, out) in enumerate(second):
-        assert code == 0, f"worker {i} exit {code}:\n{out[-3000:]}"
-        assert f"Resumed from {saved}" in out
-    assert tf.train.latest_checkpoint(ckpts) == os.path.join(ckpts, f"ckpt-{STEPS}")
+    _resume_to_the_end([cmd, cmd], logs, ckpts, saved, STEPS)
 
 
 _AGREE = r"""
