@@ -42,19 +42,35 @@ def _replica_sum(local: tf.Tensor) -> tf.Tensor:
     return attach(local, ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.stop_gradient(local)))
 
 
+def _element_count(x: tf.Tensor, axes: list[int]) -> tf.Tensor:
+    """How many values of ``x`` each channel's statistics average over ``axes`` (float32 [1]): a constant when those
+    dimensions are static, as in a training step's per-replica batch (no shape ops to trace per layer)."""
+    dims = [x.shape[a] for a in axes]
+    if all(d is not None for d in dims):
+        count = 1
+        for d in dims:
+            count *= d
+        return tf.constant([count], tf.float32)
+    return tf.cast(tf.reduce_prod(tf.gather(tf.shape(x), axes)), tf.float32)[None]
+
+
 def sync_moments(x: tf.Tensor, axes: list[int]) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Mean, (biased) variance and element count of `x` over `axes` and over all replicas of the current
-    replica context."""
+    replica context (the count as a float32 [1])."""
     dtype = x.dtype
     x = tf.cast(x, tf.float32)  # float16 is too coarse for the statistics
-    count = tf.cast(tf.reduce_prod(tf.gather(tf.shape(x), axes)), tf.float32)
-    stats = tf.concat([tf.reduce_sum(x, axes), tf.reduce_sum(tf.square(x), axes), count[None]], axis=0)
+    stats = tf.concat([tf.reduce_sum(x, axes), tf.reduce_sum(tf.square(x), axes), _element_count(x, axes)], axis=0)
     total = _replica_sum(stats)
-    channels = (tf.shape(total)[0] - 1) // 2
-    n = tf.maximum(total[-1], 1.0)
-    mean = total[:channels] / n
-    variance = tf.maximum(total[channels : 2 * channels] / n - tf.square(mean), 0.0)
-    return tf.cast(mean, dtype), tf.cast(variance, dtype), total[-1]
+    channels = x.shape[-1] if axes == list(range(x.shape.rank - 1)) else None
+    if channels is not None:  # one split where the dynamic slices below trace a dozen shape and slice ops
+        sums, squares, count = tf.split(total, [channels, channels, 1])
+    else:
+        channels = (tf.shape(total)[0] - 1) // 2
+        sums, squares, count = total[:channels], total[channels : 2 * channels], total[-1:]
+    n = tf.maximum(count, 1.0)
+    mean = sums / n
+    variance = tf.maximum(squares / n - tf.square(mean), 0.0)
+    return tf.cast(mean, dtype), tf.cast(variance, dtype), count
 
 
 @keras.saving.register_keras_serializable(package="augself_tf")
