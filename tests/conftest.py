@@ -1,44 +1,59 @@
 """Test session setup: quiet TensorFlow, and split the CPU into 2 logical devices before TF starts so the
 multi-replica (MirroredStrategy) paths run without GPUs."""
 
+from __future__ import annotations
+
 import gc
 import os
+from typing import TYPE_CHECKING
 
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tensorflow as tf  # noqa: E402
+if TYPE_CHECKING:
+    import tensorflow as tf
 
-# One intra-op thread in the test processes themselves; their train_main children keep TensorFlow's default. Idle
-# clean-clone runs (`PYTEST_ADDOPTS=--durations=0 time bash .ci/run`, pytest's own wall time): none, 14 min 12 s
-# (484db9f) and 16 min 31 s (6a51f7c); one thread for every process (TF_NUM_INTRAOP_THREADS=1), 14 min 34 s: the
-# in-process files faster, the children slower; this setting, 14 min 14 s (12ddedf). Runs of one setting differ by
-# two minutes, so its gain is not established; it is kept because its run is within 2 s of the better run without
-# it and 2 min faster than the other (test_flagfiles, all in-process: 178 and 207 s with one thread, 191 and 243 s
-# without).
-try:
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-except RuntimeError:  # TensorFlow already started (a caller's own setup): keep its pools
-    pass
-# Grappler (TensorFlow's graph optimizer, run on each traced function before its first call) off in the test
-# processes. Optimizing a tiny model's step costs more than the step itself: a 2-replica step's first call took
-# 1.3-1.5 CPU s with it and 0.7 without. It rewrites a traced graph into an equivalent one (fusions, constant
-# folding, pruning), so a loss, a gradient or a weight a test checks is what the traced step computes either way,
-# to round-off; what a test traces (ops, devices, collectives) is untouched, since Grappler runs after tracing.
-# Tests about what production runs on an accelerator (XLA's clusters and HLO, host-op placement) take
-# `production_graph_optimizer`, TensorFlow's default; train_main children always run with it.
-tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-_cpu = tf.config.list_physical_devices("CPU")[0]
-try:
-    tf.config.set_logical_device_configuration(_cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-except RuntimeError:
-    pass
+
+def _set_up_tensorflow() -> None:
+    """The test processes' TensorFlow: one intra-op thread, Grappler off, the CPU split into 2 logical devices.
+
+    Run from pytest_configure, before any test module imports TensorFlow, in every process that runs tests; not in
+    pytest-xdist's controller, which only hands out tests (importing TensorFlow there cost ~5 s before the workers
+    started)."""
+    import tensorflow as tf
+
+    # One intra-op thread in the test processes themselves; their train_main children keep TensorFlow's default.
+    # Idle clean-clone runs (`PYTEST_ADDOPTS=--durations=0 time bash .ci/run`, pytest's own wall time): none, 14 min
+    # 12 s (484db9f) and 16 min 31 s (6a51f7c); one thread for every process (TF_NUM_INTRAOP_THREADS=1), 14 min 34 s:
+    # the in-process files faster, the children slower; this setting, 14 min 14 s (12ddedf). Runs of one setting
+    # differ by two minutes, so its gain is not established; it is kept because its run is within 2 s of the better
+    # run without it and 2 min faster than the other (test_flagfiles, all in-process: 178 and 207 s with one thread,
+    # 191 and 243 s without).
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+    except RuntimeError:  # TensorFlow already started (a caller's own setup): keep its pools
+        pass
+    # Grappler (TensorFlow's graph optimizer, run on each traced function before its first call) off in the test
+    # processes. Optimizing a tiny model's step costs more than the step itself: a 2-replica step's first call took
+    # 1.3-1.5 CPU s with it and 0.7 without. It rewrites a traced graph into an equivalent one (fusions, constant
+    # folding, pruning), so a loss, a gradient or a weight a test checks is what the traced step computes either
+    # way, to round-off; what a test traces (ops, devices, collectives) is untouched, since Grappler runs after
+    # tracing. Tests about what production runs on an accelerator (XLA's clusters and HLO, host-op placement) take
+    # `production_graph_optimizer`, TensorFlow's default; train_main children always run with it.
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    except RuntimeError:
+        pass
 
 
 @pytest.fixture
 def production_graph_optimizer():
     """TensorFlow's default graph optimization (Grappler on) for one test, as production runs it."""
+    import tensorflow as tf
+
     tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": False})
     yield
     tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
@@ -52,6 +67,8 @@ def mirrored_cpus(reduction: str = "one_device", merge_call: bool = True) -> tf.
     ``merge_call=False``: the strategy runs replica functions without merge_call, as it does on GPUs for an
     XLA-compiled replica function; replica-context reductions then go through its collectives.
     """
+    import tensorflow as tf
+
     devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
     assert len(devices) == 2, "conftest could not split the CPU into 2 logical devices"
     assert reduction in ("one_device", "collective"), reduction
@@ -152,7 +169,11 @@ HEAVIEST_FIRST_FAST = (
 
 
 def pytest_configure(config) -> None:
-    """Under pytest-xdist, schedule files in collection order (see HEAVIEST_FIRST and HEAVIEST_FIRST_FAST)."""
+    """TensorFlow set up where tests run (not in pytest-xdist's controller); under pytest-xdist, files scheduled in
+    collection order (see HEAVIEST_FIRST and HEAVIEST_FIRST_FAST)."""
+    controller = bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+    if not controller:
+        _set_up_tensorflow()
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
 
