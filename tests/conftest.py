@@ -191,5 +191,6 @@ def pytest_collection_modifyitems(config, items) -> None:
     """The files of the tier's order first (HEAVIEST_FIRST_FAST for `-m "not slow"`, HEAVIEST_FIRST otherwise), in
     that order; the others after them, as collected (a stable sort)."""
     fast_tier = config.getoption("markexpr", "").replace(" ", "") == "notslow"
-    rank = {name: i for i, name in enumerate(HEAVIEST_FIRST_FAST if fast_tier else HEAVIEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(HEAVIEST_FIRST)))
+    order = HEAVIEST_FIRST_FAST if fast_tier else HEAVIEST_FIRST
+    rank = {name: i for i, name in enumerate(order)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(order)))
