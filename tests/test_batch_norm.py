@@ -11,14 +11,18 @@ from keras import layers
 
 from augself_tf.models.batch_norm import BatchNorm
 
+#: What `_run` returns, in order.
+NAMES = ["output", "d/dx", "d/dgamma", "d/dbeta", "moving mean", "moving variance"]
+
 
 def _run(make_bn, strategy, x: np.ndarray, w: np.ndarray):
-    """Output, d(loss)/d(input), d(loss)/d(γ, β) and moving statistics of one training step; the loss
-    Σ(w·bn(x))² couples every example to the batch statistics."""
+    """Output, d(loss)/d(input), d(loss)/d(γ, β) (empty without them) and moving statistics of one training step;
+    the loss Σ(w·bn(x))² couples every example to the batch statistics."""
     with strategy.scope():
         bn = make_bn()
         bn.build(x.shape)
-        bn.gamma.assign(np.linspace(0.5, 1.5, x.shape[-1]).astype(np.float32))
+        if bn.scale:
+            bn.gamma.assign(np.linspace(0.5, 1.5, bn.gamma.shape[0]).astype(np.float32))
     n_rep = strategy.num_replicas_in_sync
     per = len(x) // n_rep
 
@@ -29,7 +33,8 @@ def _run(make_bn, strategy, x: np.ndarray, w: np.ndarray):
             tape.watch(xs)
             y = bn(xs, training=True)
             loss = tf.reduce_sum(tf.square(ws * y))
-        gx, gg, gb = tape.gradient(loss, [xs, bn.gamma, bn.beta])
+        gx, *affine = tape.gradient(loss, [xs, *bn.trainable_weights])
+        gg, gb = affine or [tf.zeros([0])] * 2
         return y, gx, gg, gb
 
     @tf.function
@@ -43,23 +48,32 @@ def _run(make_bn, strategy, x: np.ndarray, w: np.ndarray):
     return y, gx, gg, gb, bn.moving_mean.numpy(), bn.moving_variance.numpy()
 
 
-@pytest.mark.parametrize("shape", [(8, 5), (4, 3, 3, 6)])
-def test_two_replicas_equal_one_device_and_keras_synchronized(shape):
+#: (input shape, channel axis, affine): channels last as every model here; channels first without γ and β.
+CASES = [((8, 5), -1, True), ((4, 3, 3, 6), -1, True), ((4, 6, 3, 2), 1, False)]
+
+
+@pytest.mark.parametrize("shape,axis,affine", CASES)
+def test_two_replicas_equal_one_device_and_keras_synchronized(shape, axis, affine):
+    """Outputs, the three gradients (d/dx from PyTorch SyncBatchNorm's closed form) and the moving statistics of
+    2 replicas equal one BN over the whole batch, and Keras's synchronized layer (autodiff through its
+    all-reduces), with merge_call and ReductionToOneDevice (CPU replicas) and without merge_call through
+    collective all-reduces (how GPUs run an XLA-compiled replica function)."""
     rng = np.random.default_rng(0)
     x = (rng.normal(size=shape) * 2 + 1).astype(np.float32)
     w = rng.normal(size=shape).astype(np.float32)
-    one = _run(lambda: BatchNorm(momentum=0.9, epsilon=1e-5), tf.distribute.get_strategy(), x, w)
-    ours = _run(lambda: BatchNorm(synchronized=True, momentum=0.9, epsilon=1e-5), mirrored_cpus(), x, w)
-    keras_sync = _run(lambda: layers.BatchNormalization(momentum=0.9, epsilon=1e-5, synchronized=True),
-                      mirrored_cpus(), x, w)
-    local = _run(lambda: BatchNorm(momentum=0.9, epsilon=1e-5), mirrored_cpus(), x, w)
-    for a, b in zip(one, ours, strict=True):
-        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
-    n = np.prod(shape[:-1])
-    # Keras's own layer agrees on everything but the moving variance, which it updates with the biased one.
-    for b, c in zip(ours[:-1], keras_sync[:-1], strict=True):
-        np.testing.assert_allclose(b, c, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(ours[-1] - 0.9, (keras_sync[-1] - 0.9) * n / (n - 1), rtol=1e-4)
+    options = {"momentum": 0.9, "epsilon": 1e-5, "axis": axis, "center": affine, "scale": affine}
+    one = _run(lambda: BatchNorm(**options), tf.distribute.get_strategy(), x, w)
+    keras_sync = _run(lambda: layers.BatchNormalization(synchronized=True, **options), mirrored_cpus(), x, w)
+    local = _run(lambda: BatchNorm(**options), mirrored_cpus(), x, w)
+    n = x.size // shape[axis]
+    for strategy in (mirrored_cpus(), mirrored_cpus("collective", merge_call=False)):
+        ours = _run(lambda: BatchNorm(synchronized=True, **options), strategy, x, w)
+        for name, a, b in zip(NAMES, one, ours, strict=True):
+            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5, err_msg=name)
+        # Keras's own layer agrees on everything but the moving variance, which it updates with the biased one.
+        for name, b, c in zip(NAMES[:-1], ours[:-1], keras_sync[:-1], strict=True):
+            np.testing.assert_allclose(b, c, rtol=1e-4, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(ours[-1] - 0.9, (keras_sync[-1] - 0.9) * n / (n - 1), rtol=1e-4)
     assert not np.allclose(local[0], one[0], atol=1e-3)  # per-replica statistics differ: the test can fail
     assert not np.allclose(local[1], one[1], atol=1e-3)
 

@@ -14,8 +14,15 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import each_method, mirrored_cpus
-from helpers import assert_replicas_equal_one_device, batch, compile_model, eager_steps, run_steps, tiny_run
+from conftest import each_method
+from helpers import (
+    assert_replicas_equal_one_device,
+    batch,
+    compile_model,
+    one_device_and_two_replicas,
+    run_steps,
+    tiny_run,
+)
 from test_conditioning import CASSLE, build, conditioned_batch, head
 
 from augself_tf.augment import AugmentConfig
@@ -312,15 +319,7 @@ def test_two_replicas_equal_one_device_with_a_hypernetwork_and_a_conditioned_pre
     b = conditioned_batch(6)
     common = dict(condition=("crop", "color", "grayscale"), condition_width=8, condition_depth=2,
                   condition_kind="hypernet", condition_predictor=True, condition_descriptor="relative", sync=True)
-    single = build("simsiam", **common)
-    compile_model(single)
-    one = eager_steps(single, [b])[0]  # the reference's arithmetic, untraced (helpers.eager_steps)
-    strategy = mirrored_cpus()
-    with strategy.scope():
-        double = build("simsiam", **common)
-    compile_model(double, strategy)
-    two = run_steps(double, [b], strategy)[0]
-    assert_replicas_equal_one_device(single, double, one, two)
+    assert_replicas_equal_one_device(*one_device_and_two_replicas(lambda: build("simsiam", **common), b))
 
 
 @pytest.mark.slow

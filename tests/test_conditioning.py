@@ -12,8 +12,18 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import each_method, mirrored_cpus
-from helpers import SMALL, batch, compile_model, eager_steps, replica_values, run_steps, tiny_backbone, tiny_run
+from conftest import each_method
+from helpers import (
+    SMALL,
+    assert_replicas_equal_one_device,
+    batch,
+    compile_model,
+    eager_steps,
+    one_device_and_two_replicas,
+    run_steps,
+    tiny_backbone,
+    tiny_run,
+)
 from test_augment import GRAY, NP_JITTER, np_blur, random_image, rebuild_from_crop
 
 from augself_tf.augment import AugmentConfig, augment_view, finish_views, registry
@@ -224,22 +234,11 @@ def test_two_replicas_equal_one_device_with_a_conditioned_projector():
     """SimCLR (negatives over the global batch) with the ω-MLP's BN synchronised: 2 replicas = 1 device."""
     b = conditioned_batch(6)
     common = dict(condition=("crop", "color", "grayscale"), condition_width=8, condition_depth=2, sync=True)
-    single = build("simclr", **common)
-    compile_model(single)
-    one = eager_steps(single, [b])[0]  # the reference's arithmetic, untraced (helpers.eager_steps)
-    strategy = mirrored_cpus()
-    with strategy.scope():
-        double = build("simclr", **common)
-    compile_model(double, strategy)
-    two = run_steps(double, [b], strategy)[0]
-    np.testing.assert_allclose(two["loss/method"], one["loss/method"], rtol=1e-5)
+    single, double, one, two = one_device_and_two_replicas(lambda: build("simclr", **common), b)
+    assert_replicas_equal_one_device(single, double, one, two)
+    # The check covered the ω-MLP: its weights are among those compared.
     embedding = {id(v) for v in double.projector.embedding.weights}
-    checked = 0
-    for a, w in zip(single.weights, double.weights, strict=True):
-        for value in replica_values(w):
-            np.testing.assert_allclose(a.numpy(), value, rtol=1e-4, atol=1e-5, err_msg=a.path)
-        checked += id(w) in embedding
-    assert checked == len(embedding) > 0
+    assert embedding and embedding <= {id(w) for w in double.weights}
 
 
 @pytest.mark.slow

@@ -15,9 +15,9 @@ from helpers import (
     assert_replicas_equal_one_device,
     batch,
     compile_model,
-    eager_steps,
     make_model,
     omega,
+    one_device_and_two_replicas,
     replica_values,
     run_steps,
     tiny_backbone,
@@ -281,12 +281,6 @@ TWO_REPLICA_CASES = {
 def test_two_replicas_equal_one_device_on_the_same_global_batch(method, reduction):
     size, seed, options = TWO_REPLICA_CASES[method]
     b = batch(seed, n=8, size=size)
-    single = make_model(method, augself=("crop",), sync=True, image_size=size, **options)
-    compile_model(single)
-    one = eager_steps(single, [b])[0]  # the reference's arithmetic, untraced (helpers.eager_steps)
-    strategy = mirrored_cpus(reduction)
-    with strategy.scope():
-        double = make_model(method, augself=("crop",), sync=True, image_size=size, **options)
-    compile_model(double, strategy)
-    two = run_steps(double, [b], strategy)[0]
-    assert_replicas_equal_one_device(single, double, one, two)
+    runs = one_device_and_two_replicas(
+        lambda: make_model(method, augself=("crop",), sync=True, image_size=size, **options), b, reduction)
+    assert_replicas_equal_one_device(*runs)

@@ -12,14 +12,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from absl import flags as absl_flags
-from conftest import mirrored_cpus
 from helpers import (
-    compile_model,
-    eager_steps,
+    assert_replicas_equal_one_device,
     make_model,
     omega,
+    one_device_and_two_replicas,
     replica_values,
-    run_steps,
     tiny_backbone,
     tiny_run,
     unit,
@@ -115,19 +113,11 @@ def test_two_replicas_equal_one_device_and_queues_hold_k0_of_both_replicas():
     b = _looc_batch(2, n=8)
     # One AugSelf head: a second is the same MLP through the same code, reduced the same way (two heads on one
     # device: test_methods_base.py's loss-falls test).
-    single = make_model("looc", augself=("crop",), sync=True, **SMALL)
-    compile_model(single)
-    one = eager_steps(single, [b])[0]  # the reference's arithmetic, untraced (helpers.eager_steps)
-    strategy = mirrored_cpus()
-    with strategy.scope():
-        double = make_model("looc", augself=("crop",), sync=True, **SMALL)
-    compile_model(double, strategy)
-    two = run_steps(double, [b], strategy)[0]
-    for key in ("loss/method", "loss/augself", "looc/z0_loss", "looc/color_loss", "looc/rotation_loss"):
+    single, double, one, two = one_device_and_two_replicas(
+        lambda: make_model("looc", augself=("crop",), sync=True, **SMALL), b)
+    for key in ("loss/augself", "looc/z0_loss", "looc/color_loss", "looc/rotation_loss"):
         np.testing.assert_allclose(two[key], one[key], rtol=1e-5, err_msg=key)
-    for a, w in zip(single.weights, double.weights, strict=True):
-        for value in replica_values(w):
-            np.testing.assert_allclose(a.numpy(), value, rtol=1e-4, atol=1e-5, err_msg=a.path)
+    assert_replicas_equal_one_device(single, double, one, two)
     assert [int(p) for p in replica_values(double.queue_ptr)] == [8, 8]
 
 

@@ -7,15 +7,14 @@ import math
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import mirrored_cpus
 from helpers import (
     assert_export_is_the_backbone,
     assert_replicas_equal_one_device,
     batch,
     compile_model,
-    eager_steps,
     make_model,
     np_log_softmax,
+    one_device_and_two_replicas,
     run_steps,
     tiny_backbone,
     tiny_run,
@@ -144,14 +143,8 @@ def test_two_replicas_equal_one_device():
     b = eq_batch(3)
     # One AugSelf head: a second is the same MLP through the same code, reduced the same way (EquiMod with two
     # heads: the one-device test above).
-    single = make_model("simclr", augself=("crop",), sync=True, **SMALL_EQ)
-    compile_model(single)
-    one = eager_steps(single, [b])[0]  # the reference's arithmetic, untraced (helpers.eager_steps)
-    strategy = mirrored_cpus()
-    with strategy.scope():
-        double = make_model("simclr", augself=("crop",), sync=True, **SMALL_EQ)
-    compile_model(double, strategy)
-    two = run_steps(double, [b], strategy)[0]
+    single, double, one, two = one_device_and_two_replicas(
+        lambda: make_model("simclr", augself=("crop",), sync=True, **SMALL_EQ), b)
     np.testing.assert_allclose(two["equimod/loss"], one["equimod/loss"], rtol=1e-5)
     assert_replicas_equal_one_device(single, double, one, two)
 

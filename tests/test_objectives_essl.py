@@ -10,15 +10,14 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import mirrored_cpus
 from helpers import (
     SMALL,
     assert_export_is_the_backbone,
     assert_replicas_equal_one_device,
     batch,
     compile_model,
-    eager_steps,
     make_model,
+    one_device_and_two_replicas,
     run_steps,
     tiny_backbone,
     tiny_run,
@@ -157,14 +156,8 @@ def test_two_replicas_equal_one_device():
     b = essl_batch(4, n=8)
     # One AugSelf head: a second is the same MLP through the same code, reduced the same way (E-SSL with two heads:
     # the conditioned-projector test above).
-    single = make_model("simclr", augself=("crop",), sync=True, essl_weight=0.4, **HEAD)
-    compile_model(single)
-    one = eager_steps(single, [b])[0]  # the reference's arithmetic, untraced (helpers.eager_steps)
-    strategy = mirrored_cpus()
-    with strategy.scope():
-        double = make_model("simclr", augself=("crop",), sync=True, essl_weight=0.4, **HEAD)
-    compile_model(double, strategy)
-    two = run_steps(double, [b], strategy)[0]
+    single, double, one, two = one_device_and_two_replicas(
+        lambda: make_model("simclr", augself=("crop",), sync=True, essl_weight=0.4, **HEAD), b)
     np.testing.assert_allclose(two["essl/loss"], one["essl/loss"], rtol=1e-5)
     assert_replicas_equal_one_device(single, double, one, two)
 

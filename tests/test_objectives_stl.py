@@ -9,16 +9,13 @@ import dataclasses
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import mirrored_cpus
 from helpers import (
     assert_export_is_the_backbone,
     assert_replicas_equal_one_device,
     batch,
-    compile_model,
-    eager_steps,
     make_model,
     np_log_softmax,
-    run_steps,
+    one_device_and_two_replicas,
     tiny_run,
 )
 from kill_resume import assert_bit_identical, kill_9_then_resume
@@ -142,14 +139,8 @@ def test_the_total_is_the_methods_loss_plus_lambda_times_stls_terms():
 def test_two_replicas_equal_one_device():
     """SimCLR + STL with synchronised BN: every NT-Xent gathers its negatives, pairs stay inside a replica."""
     b = batch(3, n=8)
-    single = make_model("simclr", augself=(), sync=True, stl_equi_dim=3, **SMALL_STL)
-    compile_model(single)
-    one = eager_steps(single, [b])[0]  # the reference's arithmetic, untraced (helpers.eager_steps)
-    strategy = mirrored_cpus()
-    with strategy.scope():
-        double = make_model("simclr", augself=(), sync=True, stl_equi_dim=3, **SMALL_STL)
-    compile_model(double, strategy)
-    two = run_steps(double, [b], strategy)[0]
+    single, double, one, two = one_device_and_two_replicas(
+        lambda: make_model("simclr", augself=(), sync=True, stl_equi_dim=3, **SMALL_STL), b)
     for key in ("stl/equivariance", "stl/transformation"):
         np.testing.assert_allclose(two[key], one[key], rtol=1e-5)
     assert_replicas_equal_one_device(single, double, one, two)

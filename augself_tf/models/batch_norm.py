@@ -10,10 +10,11 @@ and each is a `tf.custom_gradient`. In graph mode that wrapper walks the graph b
 find captured variables; under MirroredStrategy every replica lives in one graph and a reduced output
 depends on every replica's input, so each walk crosses the whole graph built so far, forward and
 backward. Tracing costs (BN layers × graph size): py-spy put ~75 s of a 150 s two-replica trace of a
-1/16-width ResNet-18 there. Here the statistics enter a single all-reduce through `stop_gradient`, which
-ends those walks, and the gradient Keras would give (the all-reduced upstream gradient) comes from a
-custom gradient whose walk stops at its own inputs. Values and gradients are unchanged (tested against
-one device on the same global batch).
+1/16-width ResNet-18 there. Here, as in PyTorch's `SyncBatchNorm`, the forward pass all-reduces the
+moments once (through `stop_gradient`) and the backward pass all-reduces Σdy and Σdy·x̂ once, in a closed-form
+gradient whose walk stops at its own inputs: 87 ops per layer and replica, forward and backward with the moving
+statistics, where autodiff through the moments traced 142. Values and gradients are those of one BN over the
+global batch (tested against one device and against Keras's layer on the same global batch).
 
 Unsynchronized training of NHWC or (N, C) inputs runs TF's fused kernel (`FusedBatchNormV3`), which already
 returns the unbiased batch variance PyTorch's running statistics take; Keras 3 composes BN from moments and
@@ -29,21 +30,6 @@ import keras
 import tensorflow as tf
 
 
-def _replica_sum(local: tf.Tensor) -> tf.Tensor:
-    """Σ over replicas of `local`, with d(sum)/d(local) = identity and the upstream gradient summed
-    over replicas, as for `ReplicaContext.all_reduce`."""
-    ctx = tf.distribute.get_replica_context()
-
-    @tf.custom_gradient
-    def attach(x: tf.Tensor, total: tf.Tensor):
-        def grad(upstream: tf.Tensor):
-            return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.stop_gradient(upstream)), None
-
-        return tf.identity(total), grad
-
-    return attach(local, ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.stop_gradient(local)))
-
-
 def _element_count(x: tf.Tensor, axes: list[int]) -> tf.Tensor:
     """How many values of ``x`` each channel's statistics average over ``axes`` (float32 [1]): a constant when those
     dimensions are static, as in a training step's per-replica batch (no shape ops to trace per layer)."""
@@ -53,23 +39,48 @@ def _element_count(x: tf.Tensor, axes: list[int]) -> tf.Tensor:
     return tf.cast(tf.reduce_prod(tf.gather(tf.shape(x), axes)), tf.float32)[None]
 
 
-def sync_moments(x: tf.Tensor, axes: list[int]) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """Mean, (biased) variance and element count of `x` over `axes` and over all replicas of the current
-    replica context (the count as a float32 [1])."""
-    dtype = x.dtype
-    x = tf.cast(x, tf.float32)  # float16 is too coarse for the statistics
-    stats = tf.concat([tf.reduce_sum(x, axes), tf.reduce_sum(tf.square(x), axes), _element_count(x, axes)], axis=0)
-    total = _replica_sum(stats)
-    channels = x.shape[-1] if axes == list(range(x.shape.rank - 1)) else None
-    if channels is not None:  # one split where the dynamic slices below trace a dozen shape and slice ops
-        sums, squares, count = tf.split(total, [channels, channels, 1])
-    else:
-        channels = (tf.shape(total)[0] - 1) // 2
-        sums, squares, count = total[:channels], total[channels : 2 * channels], total[-1:]
+def _all_reduce_split(local: list[tf.Tensor]) -> list[tf.Tensor]:
+    """Σ over the replicas of each 1-d tensor of ``local``, through one all-reduce of their concatenation."""
+    ctx = tf.distribute.get_replica_context()
+    total = ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.stop_gradient(tf.concat(local, axis=0)))
+    return tf.split(total, [t.shape[0] for t in local])
+
+
+def sync_batch_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, axes: list[int], axis: int,
+                    epsilon: float) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Training-mode BN of ``x`` (float32 or float64) with statistics over ``axes`` of every replica of the current
+    replica context: the output, the batch mean, the biased batch variance and the element count ([1], in x's dtype).
+
+    The gradient is PyTorch `SyncBatchNorm`'s closed form, dx = γ·σ⁻¹·(dy − Σdy/N − x̂·Σ(dy·x̂)/N) with the sums over
+    the global batch (one all-reduce), and dγ, dβ this replica's own sums (the optimizer sums them over replicas).
+    """
+    axis %= x.shape.rank
+    channels = x.shape[axis]
+    stats = [tf.reduce_sum(x, axes), tf.reduce_sum(tf.square(x), axes), tf.cast(_element_count(x, axes), x.dtype)]
+    sums, squares, count = _all_reduce_split(stats)
     n = tf.maximum(count, 1.0)
     mean = sums / n
     variance = tf.maximum(squares / n - tf.square(mean), 0.0)
-    return tf.cast(mean, dtype), tf.cast(variance, dtype), count
+    # Channels-last inputs broadcast [C] as they are; any other axis reshapes to [1, .., C, .., 1].
+    shape = None if axis == x.shape.rank - 1 else [channels if i == axis else 1 for i in range(x.shape.rank)]
+
+    def broadcast(t: tf.Tensor) -> tf.Tensor:
+        return t if shape is None else tf.reshape(t, shape)
+
+    @tf.custom_gradient
+    def normalize(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, mean: tf.Tensor, variance: tf.Tensor):
+        inverse_std = tf.math.rsqrt(variance + epsilon)
+        x_hat = (x - broadcast(mean)) * broadcast(inverse_std)
+
+        def grad(dy: tf.Tensor):
+            d_beta, d_gamma = tf.reduce_sum(dy, axes), tf.reduce_sum(dy * x_hat, axes)
+            sum_dy, sum_dy_x_hat = _all_reduce_split([d_beta, d_gamma])
+            dx = broadcast(gamma * inverse_std) * (dy - broadcast(sum_dy / n) - x_hat * broadcast(sum_dy_x_hat / n))
+            return dx, d_gamma, d_beta, None, None
+
+        return x_hat * broadcast(gamma) + broadcast(beta), grad
+
+    return normalize(x, gamma, beta, mean, variance), mean, variance, count
 
 
 @keras.saving.register_keras_serializable(package="augself_tf")
@@ -86,15 +97,6 @@ class BatchNorm(keras.layers.BatchNormalization):
             raise ValueError("BatchNorm does not support renorm")
         super().__init__(synchronized=False, **kwargs)
         self.sync_replicas = bool(synchronized)
-
-    def _statistics(self, inputs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """Batch mean, biased variance and the number of values each channel's statistics average."""
-        axes = list(self._reduction_axes)
-        if self._synchronizing():
-            return sync_moments(inputs, axes)
-        mean, variance = keras.ops.moments(inputs, axes=axes)
-        count = tf.cast(tf.reduce_prod(tf.gather(tf.shape(inputs), axes)), tf.float32)
-        return mean, variance, count
 
     def _synchronizing(self) -> bool:
         """Whether this call's statistics are over several replicas."""
@@ -139,7 +141,16 @@ class BatchNorm(keras.layers.BatchNormalization):
         if self._fusable(inputs):
             return self._fused_training_call(inputs)
         x = tf.cast(inputs, keras.backend.result_type(inputs.dtype, "float32"))
-        mean, variance, count = self._statistics(x)
+        if self._synchronizing():
+            channels = x.shape[self.axis]
+            gamma = tf.cast(self.gamma, x.dtype) if self.scale else tf.ones([channels], x.dtype)
+            beta = tf.cast(self.beta, x.dtype) if self.center else tf.zeros([channels], x.dtype)
+            y, mean, variance, count = sync_batch_norm(x, gamma, beta, list(self._reduction_axes), self.axis,
+                                                       self.epsilon)
+            self._update_moving(mean, variance * count / tf.maximum(count - 1.0, 1.0))
+            return tf.cast(y, self.compute_dtype)
+        mean, variance = keras.ops.moments(x, axes=list(self._reduction_axes))
+        count = tf.cast(tf.reduce_prod(tf.gather(tf.shape(x), list(self._reduction_axes))), tf.float32)
         self._update_moving(mean, variance * tf.cast(count / tf.maximum(count - 1.0, 1.0), variance.dtype))
         outputs = keras.ops.batch_normalization(
             x=x,
