@@ -39,6 +39,11 @@ def _element_count(x: tf.Tensor, axes: list[int]) -> tf.Tensor:
     return tf.cast(tf.reduce_prod(tf.gather(tf.shape(x), axes)), tf.float32)[None]
 
 
+def _unbiased(variance: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
+    """The unbiased variance n/(n−1)·``variance`` of ``count`` values (PyTorch's running variance takes it)."""
+    return variance * tf.cast(count / tf.maximum(count - 1.0, 1.0), variance.dtype)
+
+
 def _all_reduce_split(local: list[tf.Tensor]) -> list[tf.Tensor]:
     """Σ over the replicas of each 1-d tensor of ``local``, through one all-reduce of their concatenation."""
     ctx = tf.distribute.get_replica_context()
@@ -147,11 +152,10 @@ class BatchNorm(keras.layers.BatchNormalization):
             beta = tf.cast(self.beta, x.dtype) if self.center else tf.zeros([channels], x.dtype)
             y, mean, variance, count = sync_batch_norm(x, gamma, beta, list(self._reduction_axes), self.axis,
                                                        self.epsilon)
-            self._update_moving(mean, variance * count / tf.maximum(count - 1.0, 1.0))
+            self._update_moving(mean, _unbiased(variance, count))
             return tf.cast(y, self.compute_dtype)
         mean, variance = keras.ops.moments(x, axes=list(self._reduction_axes))
-        count = tf.cast(tf.reduce_prod(tf.gather(tf.shape(x), list(self._reduction_axes))), tf.float32)
-        self._update_moving(mean, variance * tf.cast(count / tf.maximum(count - 1.0, 1.0), variance.dtype))
+        self._update_moving(mean, _unbiased(variance, _element_count(x, list(self._reduction_axes))))
         outputs = keras.ops.batch_normalization(
             x=x,
             mean=mean,
