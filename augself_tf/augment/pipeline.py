@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import tensorflow as tf
 
@@ -103,6 +103,7 @@ def augment_views(
     if photometric not in PHOTOMETRIC_MODES:
         raise ValueError(f"photometric must be one of {', '.join(PHOTOMETRIC_MODES)}, got {photometric!r}")
     out = {}
+    traced: list[tuple[AugmentConfig, Callable]] = []
     for j, (spec, seeds) in enumerate(zip(plan.views, plan.slot_seeds(seed, pair_seed), strict=True)):
         view_key, omega_key, params_key = view_keys(j)
         view_config = spec.config_for(config)
@@ -110,11 +111,32 @@ def augment_views(
             # float32 in both modes, with no device-stage draws: finish_views only casts it, so its pixels are
             # the evaluation view's exactly, whichever mode made the batch
             out[view_key], out[omega_key] = eval_view_of(image, config)
-        elif photometric == "device":
-            out[view_key], out[omega_key], out[params_key] = _device_view(image, seeds, view_config)
+            continue
+        draw = _view_function(traced, view_config, photometric)
+        if photometric == "device":
+            out[view_key], out[omega_key], out[params_key] = draw(image, seeds)
         else:
-            out[view_key], out[omega_key] = _run(image, seeds, view_config, None)
+            out[view_key], out[omega_key] = draw(image, seeds)
     return out
+
+
+def _view_function(traced: list, view_config: AugmentConfig, photometric: str) -> Callable:
+    """One view's pipeline for ``view_config``: in a graph, a function traced once and called by every view of that
+    config (tracing the pipeline per view was most of a pair dataset's build time). No AutoGraph: the pipeline's
+    branches are tf.cond already, and converting them took longer than tracing them."""
+    for known, draw in traced:
+        if known == view_config:
+            return draw
+    if photometric == "device":
+        def draw(image, seeds):
+            return _device_view(image, seeds, view_config)
+    else:
+        def draw(image, seeds):
+            return _run(image, seeds, view_config, None)
+    if not tf.executing_eagerly():
+        draw = tf.function(draw, autograph=False)
+    traced.append((view_config, draw))
+    return draw
 
 
 def eval_view_of(image: tf.Tensor, config: AugmentConfig) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
