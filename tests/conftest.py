@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
 
 def _set_up_tensorflow() -> None:
-    """The test processes' TensorFlow: one intra-op thread, Grappler off, no op tracebacks, the CPU split into 2
-    logical devices.
+    """The test processes' TensorFlow: one intra-op thread, Grappler off, one shared op traceback, the CPU split
+    into 2 logical devices.
 
     Run from pytest_configure, before any test module imports TensorFlow, in every process that runs tests; not in
     pytest-xdist's controller, which only hands out tests (importing TensorFlow there cost ~5 s before the workers
@@ -43,7 +43,7 @@ def _set_up_tensorflow() -> None:
     # tracing. Tests about what production runs on an accelerator (XLA's clusters and HLO, host-op placement) take
     # `production_graph_optimizer`, TensorFlow's default; train_main children always run with it.
     tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-    _no_op_tracebacks()
+    _shared_op_traceback()
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
@@ -51,13 +51,14 @@ def _set_up_tensorflow() -> None:
         pass
 
 
-def _no_op_tracebacks() -> None:
-    """Graph ops built without the Python stack that TensorFlow records on each (for the "defined at" lines of an
-    error raised when a graph runs). Under pytest a trace walks 60 to 150 frames, some 35 us per op, and the tests
-    trace millions of ops: 6% of the fast tier's CPU in a one-process profile; test_condition_kinds took 30 CPU s
-    without the traces and 33 to 37 with them. What a graph computes does not depend on them. Set
-    AUGSELF_TEST_OP_TRACEBACKS=1 to keep them while debugging a test's graph error. Private API (TF 2.21
-    framework/ops.py records the trace through its module global ``tf_stack``): if it moves, tests only run slower."""
+def _shared_op_traceback() -> None:
+    """Every graph op gets one shared Python stack trace, taken here, instead of the stack at its creation (which
+    TensorFlow records for the "defined at" lines of an error raised when a graph runs). Under pytest a trace walks
+    60 to 150 frames, some 35 us per op, and the tests trace millions of ops: 6% of the fast tier's CPU in a
+    one-process profile; test_condition_kinds took 30 CPU s with the shared trace and 33 to 37 without. What a graph
+    computes does not depend on it. (An empty trace would do as well but for XLA: its bridge crashes on one.) Set
+    AUGSELF_TEST_OP_TRACEBACKS=1 for the real traces while debugging a test's graph error. Private API (TF 2.21
+    framework/ops.py takes the trace through its module global ``tf_stack``): if it moves, tests only run slower."""
     if os.environ.get("AUGSELF_TEST_OP_TRACEBACKS") == "1":
         return
     from tensorflow.python.framework import ops
@@ -65,14 +66,14 @@ def _no_op_tracebacks() -> None:
 
     if not callable(getattr(getattr(ops, "tf_stack", None), "extract_stack", None)):
         return
-    empty = tf_stack.extract_stack(stacklevel=1_000_000)  # no frame: one shared, empty trace
+    shared = tf_stack.extract_stack()
 
-    class _EmptyTraces:
+    class _SharedTrace:
         @staticmethod
         def extract_stack(stacklevel: int = 1):
-            return empty
+            return shared
 
-    ops.tf_stack = _EmptyTraces
+    ops.tf_stack = _SharedTrace
 
 
 @pytest.fixture
