@@ -270,6 +270,35 @@ def test_a_toy_augmentation_is_one_entry_and_the_device_stage_applies_it(toy_reg
     assert all(abs(float(o["shift"][0])) > 0 for o in omega_h)
 
 
+def test_a_pair_dataset_built_after_a_registration_runs_the_pipeline_registered_then():
+    """Pair datasets of one config share a traced view function per process: one built while a step takes another's
+    place (the same seed slots, so the same input signature) draws the new step, and one built after the swap is
+    undone gives the first dataset's batch again, bit for bit."""
+    rows = {"image": np.random.default_rng(5).integers(0, 256, (8, 20, 20, 3), np.uint8),
+            "label": np.arange(8, dtype=np.int64)}
+    config = AugmentConfig(image_size=16, probabilities=OFF)
+
+    def first_batch() -> dict:
+        data = make_pair_dataset((rows, lambda e: e), config, seed=3, batch_size=8, shuffle_buffer=8)
+        return tf.nest.map_structure(lambda t: t.numpy(), next(iter(data)))
+
+    names = [step.name for step in registry.PIPELINE]
+    before = first_batch()
+    rotation = registry.AUGMENTATIONS["rotation"]
+    registry.unregister("rotation")
+    try:
+        with registry.registered(dataclasses.replace(TOY, seed_slot=rotation.seed_slot), after="color"):
+            during = first_batch()
+    finally:
+        registry.register(rotation, after=names[names.index("rotation") - 1])
+    assert [step.name for step in registry.PIPELINE] == names
+    after = first_batch()
+    assert "shift" not in before["omega1"] and set(during["omega1"]) == set(before["omega1"]) - {"rotation"} | {"shift"}
+    shifted = during["omega1"]["shift"][:, 0] != 0
+    assert shifted.any() and not np.allclose(during["view1"][shifted], before["view1"][shifted])
+    tf.nest.map_structure(np.testing.assert_array_equal, after, before)
+
+
 @pytest.mark.slow  # a whole train() run (docs/development.md): the entry above stays in the fast tier
 def test_a_toy_augmentation_is_predicted_and_trained(toy_registered, tmp_path):
     config = AugmentConfig(image_size=16, probabilities={"shift_prob": 1.0})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 
 import tensorflow as tf
@@ -103,7 +104,6 @@ def augment_views(
     if photometric not in PHOTOMETRIC_MODES:
         raise ValueError(f"photometric must be one of {', '.join(PHOTOMETRIC_MODES)}, got {photometric!r}")
     out = {}
-    traced: list[tuple[AugmentConfig, Callable]] = []
     for j, (spec, seeds) in enumerate(zip(plan.views, plan.slot_seeds(seed, pair_seed), strict=True)):
         view_key, omega_key, params_key = view_keys(j)
         view_config = spec.config_for(config)
@@ -112,7 +112,7 @@ def augment_views(
             # the evaluation view's exactly, whichever mode made the batch
             out[view_key], out[omega_key] = eval_view_of(image, config)
             continue
-        draw = _view_function(traced, view_config, photometric)
+        draw = _view_function(view_config, photometric)
         if photometric == "device":
             out[view_key], out[omega_key], out[params_key] = draw(image, seeds)
         else:
@@ -120,23 +120,34 @@ def augment_views(
     return out
 
 
-def _view_function(traced: list, view_config: AugmentConfig, photometric: str) -> Callable:
-    """One view's pipeline for ``view_config``: in a graph, a function traced once and called by every view of that
-    config (tracing the pipeline per view was most of a pair dataset's build time). No AutoGraph: the pipeline's
-    branches are tf.cond already, and converting them took longer than tracing them."""
-    for known, draw in traced:
-        if known == view_config:
+#: The view functions traced in this process, most recent last: (config, photometric mode, pipeline) and its function.
+_VIEW_FUNCTIONS: list[tuple[tuple, Callable]] = []
+#: Enough for every distinct view of a run and of its evaluations; the oldest is dropped past it.
+_MAX_VIEW_FUNCTIONS = 32
+
+
+def _view_function(view_config: AugmentConfig, photometric: str) -> Callable:
+    """One view's pipeline for ``view_config``: in a graph, a function traced once per process and input signature
+    and called by every view of that config, in every dataset (tracing the pipeline per view was most of a pair
+    dataset's build time). It is keyed on the registered steps too, so a step registered or replaced later gets a
+    new trace. No AutoGraph: the pipeline's branches are tf.cond already, and converting them took longer than
+    tracing them."""
+    if tf.executing_eagerly():
+        return functools.partial(_draw, view_config=view_config, photometric=photometric)
+    key = (view_config, photometric, tuple(registry.PIPELINE))
+    for known, draw in _VIEW_FUNCTIONS:
+        if known == key:
             return draw
-    if photometric == "device":
-        def draw(image, seeds):
-            return _device_view(image, seeds, view_config)
-    else:
-        def draw(image, seeds):
-            return _run(image, seeds, view_config, None)
-    if not tf.executing_eagerly():
-        draw = tf.function(draw, autograph=False)
-    traced.append((view_config, draw))
+    draw = tf.function(functools.partial(_draw, view_config=view_config, photometric=photometric), autograph=False)
+    _VIEW_FUNCTIONS.append((key, draw))
+    del _VIEW_FUNCTIONS[:-_MAX_VIEW_FUNCTIONS]
     return draw
+
+
+def _draw(image: tf.Tensor, seeds: tf.Tensor, *, view_config: AugmentConfig, photometric: str) -> tuple:
+    if photometric == "device":
+        return _device_view(image, seeds, view_config)
+    return _run(image, seeds, view_config, None)
 
 
 def eval_view_of(image: tf.Tensor, config: AugmentConfig) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
