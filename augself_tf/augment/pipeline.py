@@ -64,7 +64,7 @@ def augment_view(
       tensors {"crop": [4], "flip": [1], "color": [4], "color_diff": [3], "solarize": [1], "grayscale": [1],
       "blur": [1], "rotation": [1]} (``registry.OMEGA_DIMS``; see docs/architecture.md and ``registry``).
     """
-    return _run(image, slot_seeds(seed), AugmentConfig() if config is None else config, None)
+    return _view_function(AugmentConfig() if config is None else config, "host")(image, slot_seeds(seed))
 
 
 def augment_view_for_device(
@@ -80,7 +80,7 @@ def augment_view_for_device(
       (view uint8 [S, S, 3], omega as ``augment_view``'s but for the device steps' measurements (colour
       jitter's ``color_diff``), which ``finish_views`` adds, {device step name: its draws}).
     """
-    return _device_view(image, slot_seeds(seed), AugmentConfig() if config is None else config)
+    return _view_function(AugmentConfig() if config is None else config, "device")(image, slot_seeds(seed))
 
 
 def _device_view(image: tf.Tensor, step_seeds: tf.Tensor, config: AugmentConfig) -> tuple:
@@ -128,10 +128,10 @@ _MAX_VIEW_FUNCTIONS = 32
 
 def _view_function(view_config: AugmentConfig, photometric: str) -> Callable:
     """One view's pipeline for ``view_config``: in a graph, a function traced once per process and input signature
-    and called by every view of that config, in every dataset (tracing the pipeline per view was most of a pair
-    dataset's build time). It is keyed on the registered steps too, so a step registered or replaced later gets a
-    new trace. No AutoGraph: the pipeline's branches are tf.cond already, and converting them took longer than
-    tracing them."""
+    and called by every view of that config, in every dataset and every graph that calls ``augment_view`` (tracing
+    the pipeline per view was most of a pair dataset's build time). It is keyed on the registered steps too, so a
+    step registered or replaced later gets a new trace. No AutoGraph: the pipeline's branches are tf.cond already,
+    and converting them took longer than tracing them."""
     if tf.executing_eagerly():
         return functools.partial(_draw, view_config=view_config, photometric=photometric)
     key = (view_config, photometric, tuple(registry.PIPELINE))
