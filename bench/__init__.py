@@ -6,5 +6,9 @@ imports this checkout's augself_tf and its siblings as ``bench.<module>``. The r
 
 import os
 
-# Every benchmark imports this package before its own module, and so before TensorFlow: quiet its C++ logging.
+from augself_tf.startup import pool_host_memory
+
+# Every benchmark imports this package before its own module, and so before TensorFlow: quiet its C++ logging, and
+# take the host allocator train_main takes (so an in-process step is timed as users run it).
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+pool_host_memory()

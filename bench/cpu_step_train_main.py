@@ -32,35 +32,48 @@ def read_curves(tb_dir: str, tags: tuple[str, ...]) -> dict[str, list[tuple[int,
 PROGRESS = re.compile(r"\b(\d+)/(\d+) \(\d+%\)")
 
 
-def run_train_main(flags: list[str], model_dir: str) -> dict:
-    """train_main.py as a subprocess; the process CPU time (all threads) is sampled at every progress line."""
+def run_train_main(flags: list[str], model_dir: str, env: dict[str, str] | None = None) -> dict:
+    """train_main.py as a subprocess (``env`` added to this process's environment); the process counters
+    (:func:`proc_counters`) are sampled at every progress line."""
     cmd = [sys.executable, os.path.join(REPO, "train_main.py"), f"--model_dir={model_dir}", *flags]
     print(f"#   {' '.join(cmd[1:])}", flush=True)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     cpu_at: dict[int, tuple[float, float]] = {}
+    counters_at: dict[int, dict[str, float]] = {}
     tail: list[str] = []
     for line in proc.stdout:
         tail = (tail + [line])[-60:]
         m = PROGRESS.search(line)
         if m:
-            cpu_at[int(m.group(1))] = (time.perf_counter() - t0, proc_cpu(proc.pid))
+            wall, counters = time.perf_counter() - t0, proc_counters(proc.pid)
+            cpu_at[int(m.group(1))] = (wall, counters["user_s"] + counters["system_s"])
+            counters_at[int(m.group(1))] = {"wall_s": wall, **counters}
     rc = proc.wait()
     if rc:
         print("".join(tail))
         raise RuntimeError(f"train_main.py failed ({rc})")
-    return {"wall_s": time.perf_counter() - t0, "cpu_at": cpu_at, "tail": tail}
+    return {"wall_s": time.perf_counter() - t0, "cpu_at": cpu_at, "counters_at": counters_at, "tail": tail}
 
 
-def proc_cpu(pid: int) -> float:
-    """utime + stime of a process, all its threads, in seconds."""
+def proc_counters(pid: int) -> dict[str, float]:
+    """A live process's user and system CPU seconds (all threads), minor page faults and peak resident memory
+    (GiB); NaN where /proc cannot say."""
+    out = {"user_s": float("nan"), "system_s": float("nan"), "page_faults": float("nan"),
+           "peak_rss_gib": float("nan")}
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        out.update(user_s=int(fields[11]) / CLOCK_TICKS, system_s=int(fields[12]) / CLOCK_TICKS,
+                   page_faults=float(fields[7]))
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    out["peak_rss_gib"] = int(line.split()[1]) / 2**20
     except OSError:
-        return float("nan")
+        pass
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ 3. losses
