@@ -40,20 +40,18 @@ def run_train_main(flags: list[str], model_dir: str, env: dict[str, str] | None 
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    cpu_at: dict[int, tuple[float, float]] = {}
     counters_at: dict[int, dict[str, float]] = {}
     tail: list[str] = []
     for line in proc.stdout:
         tail = (tail + [line])[-60:]
         m = PROGRESS.search(line)
         if m:
-            wall, counters = time.perf_counter() - t0, proc_counters(proc.pid)
-            cpu_at[int(m.group(1))] = (wall, counters["user_s"] + counters["system_s"])
-            counters_at[int(m.group(1))] = {"wall_s": wall, **counters}
+            counters_at[int(m.group(1))] = {"wall_s": time.perf_counter() - t0, **proc_counters(proc.pid)}
     rc = proc.wait()
     if rc:
         print("".join(tail))
         raise RuntimeError(f"train_main.py failed ({rc})")
+    cpu_at = {step: (c["wall_s"], c["user_s"] + c["system_s"]) for step, c in counters_at.items()}
     return {"wall_s": time.perf_counter() - t0, "cpu_at": cpu_at, "counters_at": counters_at, "tail": tail}
 
 
