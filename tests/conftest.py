@@ -10,10 +10,6 @@ from typing import TYPE_CHECKING
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# The same CPU kernels on every x86 host: TensorFlow turns oneDNN on by itself only on AVX-512 CPUs, and the pinned
-# batch digests (test_views, test_objectives_stl) are oneDNN's bits; on an AVX2-only host Eigen's kernels round
-# some photometric op differently. Children started with --deterministic still restart with oneDNN off.
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 if TYPE_CHECKING:
     import tensorflow as tf
