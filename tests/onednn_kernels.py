@@ -39,10 +39,12 @@ def onednn_in_this_process() -> bool:
 @cache
 def under_onednn(module: str, function: str, *args):
     """``module.function(*args)`` (JSON arguments and result) run under oneDNN's kernels: here when this process
-    has them, else in a child Python started with ``TF_ENABLE_ONEDNN_OPTS=1``. Cached: one child per call."""
+    has them, else in a child Python started with ``TF_ENABLE_ONEDNN_OPTS=1``. Cached: one child per distinct
+    call."""
     if onednn_in_this_process():
         import importlib
 
+        # Through JSON as the child's result comes (tuples become lists), so both paths compare alike.
         return json.loads(json.dumps(getattr(importlib.import_module(module), function)(*args)))
     env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
     done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([module, function, list(args)])], env=env,
