@@ -91,3 +91,64 @@ def test_constant_lr_variables_must_be_optimized():
     optimizer = build_optimizer(0.1, 256, 10, constant_lr_variables=[other])
     with pytest.raises(ValueError, match="constant-lr variables are not among"):
         optimizer.build([v])
+
+
+def moco_v3_lr(base: float, step: int, steps_per_epoch: int, warmup_epochs: float, epochs: int) -> float:
+    """moco-v3 main_moco.py `adjust_learning_rate`, called with epoch + i / iters_per_epoch."""
+    epoch = step / steps_per_epoch
+    if epoch < warmup_epochs:
+        return base * epoch / warmup_epochs
+    return base * 0.5 * (1.0 + np.cos(np.pi * (epoch - warmup_epochs) / (epochs - warmup_epochs)))
+
+
+def test_warmup_then_cosine_is_moco_v3_per_iteration_schedule():
+    steps_per_epoch, epochs, warmup_epochs = 7, 6, 2
+    total = steps_per_epoch * epochs
+    optimizer = build_optimizer(0.5, 512, total, warmup_steps=warmup_epochs * steps_per_epoch)
+    ours = [float(optimizer._learning_rate(i)) for i in range(total)]  # the schedule the optimizer steps on
+    ref = [moco_v3_lr(1.0, i, steps_per_epoch, warmup_epochs, epochs) for i in range(total)]
+    np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-7)
+    assert ours[0] == 0.0 and max(ours) == pytest.approx(1.0)
+
+
+def test_excluding_1d_variables_from_decay_matches_torch_param_groups():
+    """torch.optim.SGD with two groups, weight_decay on the matrices and 0 on biases/BN (solo-learn, MoCo v3's rule),
+    under warm-up: the 1-D variable and the constant-lr predictor follow the reference step for step."""
+    rng = np.random.default_rng(1)
+    a = np.diag(rng.uniform(0.5, 2.0, 6))
+    p0 = {"kernel": rng.normal(size=(2, 3)).astype(np.float32), "bias": rng.normal(size=6).astype(np.float32),
+          "predictor": rng.normal(size=(3, 2)).astype(np.float32)}
+    warmup = 5
+    schedule = [moco_v3_lr(scaled_learning_rate(BASE_LR, 256), i, 1, warmup, STEPS) for i in range(STEPS)]
+
+    def grad(p):
+        return (a @ p.reshape(6) + 1.0).reshape(p.shape)
+
+    params = {k: v.astype(np.float64) for k, v in p0.items()}
+    bufs = dict.fromkeys(p0)
+    for lr in schedule:
+        for k in params:
+            params[k], bufs[k] = torch_sgd_step(params[k], bufs[k], grad(params[k]),
+                                                BASE_LR if k == "predictor" else lr, MU, 0.0 if k == "bias" else WD)
+    variables = {k: keras.Variable(v, name=k) for k, v in p0.items()}
+    optimizer = build_optimizer(BASE_LR, 256, STEPS, momentum=MU, weight_decay=WD, warmup_steps=warmup,
+                                decay_exclude="1d", constant_lr_variables=[variables["predictor"]])
+    optimizer.build(list(variables.values()))
+    for _ in range(STEPS):
+        optimizer.apply([tf.constant(grad(v.numpy()).astype(np.float32)) for v in variables.values()],
+                        list(variables.values()))
+    for k in p0:
+        np.testing.assert_allclose(variables[k].numpy(), params[k], rtol=2e-5, atol=1e-6, err_msg=k)
+    # The rule matters: decaying the bias too moves it away from the reference.
+    decayed = params["bias"].copy()
+    p, b = p0["bias"].astype(np.float64), None
+    for lr in schedule:
+        p, b = torch_sgd_step(p, b, grad(p), lr, MU, WD)
+    assert np.abs(p - decayed).max() > 1e-4
+
+
+def test_bad_decay_rule_and_warmup_longer_than_the_run_are_one_line_errors():
+    with pytest.raises(ValueError, match="weight decay exclusion must be one of none, 1d, got 'bn'"):
+        build_optimizer(0.1, 256, 10, decay_exclude="bn")
+    with pytest.raises(ValueError, match="warm-up must be shorter than the run: 10 warm-up steps of 10"):
+        build_optimizer(0.1, 256, 10, warmup_steps=10)

@@ -1,4 +1,5 @@
-"""SGD with momentum 0.9 on a cosine schedule without restarts, with `torch.optim.SGD`'s semantics.
+"""SGD with momentum 0.9 on a cosine schedule without restarts (after an optional linear warm-up), with
+`torch.optim.SGD`'s semantics.
 
 The paper's numbers come from PyTorch's SGD, which differs from `keras.optimizers.SGD` in two ways that
 change what trains:
@@ -18,6 +19,29 @@ import tensorflow as tf
 
 from augself_tf.training.loss_scale import CrossReplicaLossScaleOptimizer
 
+#: --weight_decay_exclude's choices: ``none`` decays every variable (the paper's reference); ``1d`` leaves out every
+#: variable of at most one dimension (biases, BN and LayerNorm scales and offsets), the rule of MoCo v3's LARS, DINO's
+#: ``get_params_groups`` and solo-learn's ``exclude_bias_n_norm_wd``.
+WEIGHT_DECAY_EXCLUDE = ("none", "1d")
+
+
+def is_decayed(variable, exclude: str = "none") -> bool:
+    """Whether weight decay applies to ``variable`` under the ``exclude`` rule (:data:`WEIGHT_DECAY_EXCLUDE`)."""
+    return exclude == "none" or len(variable.shape) > 1
+
+
+def warmup_cosine(peak_lr: float, total_steps: int, warmup_steps: int = 0) -> keras.optimizers.schedules.CosineDecay:
+    """The learning rate of step t (0-based): ``peak·t/W`` for t < W, then ``peak·½(1 + cos(π(t − W)/(T − W)))``,
+    MoCo v3's ``adjust_learning_rate`` and DINO's ``cosine_scheduler`` (final value 0) per iteration. Keras'
+    `CosineDecay` computes exactly this; without warm-up it is the plain cosine of the paper's runs."""
+    total_steps = max(1, total_steps)
+    if not 0 <= warmup_steps < total_steps:
+        raise ValueError(f"warm-up must be shorter than the run: {warmup_steps} warm-up steps of {total_steps}")
+    if not warmup_steps:
+        return keras.optimizers.schedules.CosineDecay(peak_lr, decay_steps=total_steps)
+    return keras.optimizers.schedules.CosineDecay(0.0, decay_steps=total_steps - warmup_steps,
+                                                  warmup_target=peak_lr, warmup_steps=warmup_steps)
+
 
 def scaled_learning_rate(base_lr: float, global_batch_size: int) -> float:
     """The linear scaling rule lr = base_lr · batch / 256 used by SimSiam, MoCo and the paper."""
@@ -30,7 +54,9 @@ class TorchSGD(keras.optimizers.Optimizer):
     Args:
       learning_rate: a float or a schedule of the optimizer's step.
       momentum: μ of b ← μ·b + g.
-      l2: coupled weight decay: g ← g + l2·θ on every variable (BN and biases too, as the reference).
+      l2: coupled weight decay: g ← g + l2·θ on every variable (BN and biases too, as the reference) unless
+        ``decay_exclude`` leaves some out.
+      decay_exclude: which variables the decay skips (:data:`WEIGHT_DECAY_EXCLUDE`).
       constant_lr: the learning rate of `constant_lr_variables`, whatever the schedule says.
       constant_lr_variables: the variables of the reference's constant-lr parameter group.
     """
@@ -42,6 +68,7 @@ class TorchSGD(keras.optimizers.Optimizer):
         l2: float = 0.0,
         constant_lr: float | None = None,
         constant_lr_variables: Iterable[tf.Variable] = (),
+        decay_exclude: str = "none",
         name: str = "torch_sgd",
         **kwargs,
     ) -> None:
@@ -55,6 +82,11 @@ class TorchSGD(keras.optimizers.Optimizer):
             raise ValueError("constant_lr_variables need a constant_lr")
         self.momentum = float(momentum)
         self.l2 = float(l2)
+        if decay_exclude not in WEIGHT_DECAY_EXCLUDE:
+            raise ValueError(f"weight decay exclusion must be one of {', '.join(WEIGHT_DECAY_EXCLUDE)}, "
+                             f"got {decay_exclude!r}")
+        self.decay_exclude = decay_exclude
+        self._is_decayed: list[bool] = []
         self.constant_lr = constant_lr
         self._constant_ids = {id(v) for v in constant}
         self._is_constant: list[bool] = []
@@ -90,6 +122,7 @@ class TorchSGD(keras.optimizers.Optimizer):
             return
         super().build(variables)
         self._is_constant = [id(v) in self._constant_ids for v in variables]
+        self._is_decayed = [is_decayed(v, self.decay_exclude) for v in variables]
         missing = len(self._constant_ids) - sum(self._is_constant)
         if missing:
             raise ValueError(f"{missing} constant-lr variables are not among the optimized variables")
@@ -100,7 +133,7 @@ class TorchSGD(keras.optimizers.Optimizer):
         lr = self.constant_lr if self._is_constant[i] else learning_rate
         lr = tf.cast(lr, variable.dtype)
         g = tf.cast(gradient, variable.dtype)
-        if self.l2:
+        if self.l2 and self._is_decayed[i]:
             g = g + tf.cast(self.l2, variable.dtype) * variable
         if self._keep is not None:
             self._gated_update(g, variable, lr, i)
@@ -124,7 +157,8 @@ class TorchSGD(keras.optimizers.Optimizer):
         self.assign(variable, tf.where(keep, variable - lr * g, variable))
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "momentum": self.momentum, "l2": self.l2, "constant_lr": self.constant_lr}
+        return {**super().get_config(), "momentum": self.momentum, "l2": self.l2, "constant_lr": self.constant_lr,
+                "decay_exclude": self.decay_exclude}
 
 
 def build_optimizer(
@@ -135,14 +169,16 @@ def build_optimizer(
     mixed_precision: str | None = None,
     weight_decay: float = 0.0,
     constant_lr_variables: Iterable[tf.Variable] = (),
+    warmup_steps: int = 0,
+    decay_exclude: str = "none",
 ) -> keras.optimizers.Optimizer:
-    """:class:`TorchSGD` with cosine decay over `total_steps` from the batch-scaled learning rate; the
-    `constant_lr_variables` stay at that scaled rate. float16 wraps it in dynamic loss scaling whose skip
-    decision covers every replica's gradients (:class:`CrossReplicaLossScaleOptimizer`)."""
+    """:class:`TorchSGD` over `total_steps`: a linear warm-up of `warmup_steps` to the batch-scaled learning rate,
+    then cosine decay to 0 (:func:`warmup_cosine`); the `constant_lr_variables` stay at that scaled rate throughout
+    (solo-learn and the reference keep SimSiam's predictor there from step 0). float16 wraps it in dynamic loss
+    scaling whose skip decision covers every replica's gradients (:class:`CrossReplicaLossScaleOptimizer`)."""
     lr = scaled_learning_rate(base_lr, global_batch_size)
-    schedule = keras.optimizers.schedules.CosineDecay(lr, decay_steps=max(1, total_steps))
-    optimizer = TorchSGD(schedule, momentum=momentum, l2=weight_decay, constant_lr=lr,
-                         constant_lr_variables=constant_lr_variables)
+    optimizer = TorchSGD(warmup_cosine(lr, total_steps, warmup_steps), momentum=momentum, l2=weight_decay,
+                         constant_lr=lr, constant_lr_variables=constant_lr_variables, decay_exclude=decay_exclude)
     if mixed_precision == "float16":
         optimizer = CrossReplicaLossScaleOptimizer(optimizer)
     return optimizer

@@ -29,6 +29,7 @@ from augself_tf.methods import define_method_flags, method_options_from_flags, r
 from augself_tf.methods.model_config import ModelConfig
 from augself_tf.runtime.strategy import STRATEGIES
 from augself_tf.training.knn import DEFAULT_K, DEFAULT_TEMPERATURE
+from augself_tf.training.optim import WEIGHT_DECAY_EXCLUDE
 
 #: --steps_per_execution's default: chosen per device when the strategy is known (resolve_steps_per_execution).
 AUTO_STEPS = "auto"
@@ -75,6 +76,12 @@ class TrainConfig:
                                      minimum=0)
     lr: float = option(0.03, "Base learning rate, scaled by batch/256.", above=0)
     weight_decay: float = option(5e-4, "Coupled L2 coefficient (PyTorch SGD semantics).", minimum=0)
+    weight_decay_exclude: str = option("none", "Variables the weight decay skips: 'none' (every variable, as the "
+                                               "paper's reference) or '1d' (biases and BN scales and offsets: "
+                                               "every variable of at most one dimension, as MoCo v3, DINO and "
+                                               "solo-learn).", choices=WEIGHT_DECAY_EXCLUDE)
+    warmup_epochs: float = option(0.0, "Epochs of linear learning-rate warm-up from 0 before the cosine decay, set "
+                                       "per step (0: the paper's plain cosine).", minimum=0)
     seed: int = option(0, "Seed of initialisation, shuffling and every augmentation.")
     model_dir: str | None = option(None, "Output directory (default runs/<method>[_augself_<augs>]).")
     strategy: str = option("auto", "tf.distribute strategy.", choices=STRATEGIES)
