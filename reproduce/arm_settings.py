@@ -23,6 +23,7 @@ DATA_NAMES = {"tiny": "tiny-imagenet-mini", "shapes": "shapes"}
 DEFAULT_SET = "crop,color"
 # The augmentation-aware objectives' switches: an arm that sets one is named after it (``tiny-simclr-equimod-s0``).
 OBJECTIVE_WEIGHT_FLAGS = ("equimod_weight", "essl_weight", "stl_weight")
+NEVER_TRAINED = "never_trained"  # the floor's variant and name: the initialised network, evaluated as every arm
 
 
 def dataset_spec(name: str, data_dir: str) -> str:
@@ -47,9 +48,15 @@ class Budget:
 
     def describe(self) -> str:
         """``resnet18 width 0.25, 64 px, batch 128, 120 epochs``."""
-        text = (f"{self.backbone} width {self.width:g}, {self.image_size} px, batch {self.batch_size}, "
-                f"{self.epochs} epochs")
-        return text + (f" (at most {self.max_steps} steps)" if self.max_steps else "")
+        text = f"{self.backbone} width {self.width:g}, {self.image_size} px, batch {self.batch_size}, "
+        if self.max_steps == 0:
+            return text + "never trained"
+        return text + f"{self.epochs} epochs" + (f" (at most {self.max_steps} steps)" if self.max_steps else "")
+
+    @property
+    def never_trained(self) -> bool:
+        """A floor's budget: the initialised network is exported without a step (``--max_steps=0``)."""
+        return self.max_steps == 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,10 +103,19 @@ class Arm:
     suite: str = ""
 
     @property
+    def saved_model(self) -> str:
+        """The export its evaluations read: ``saved_model_precise_bn`` when the arm recomputes its BN statistics
+        (``--precise_bn_images``, the comparisons' arms), else the run's own ``saved_model``."""
+        return "saved_model_precise_bn" if "precise_bn_images" in dict(self.train_flags) else "saved_model"
+
+    @property
     def variant(self) -> str:
         """``base``, ``augself``, ``cond``, ``augself+cond`` (with the set when it is not crop,color); for LooC
         its left-out set (``color_rotation``), with ``+augself`` when AugSelf is on too; then the condition kind
-        when set (``cond+hypernet``) and each augmentation-aware objective switched on (``equimod``)."""
+        when set (``cond+hypernet``) and each augmentation-aware objective switched on (``equimod``); ``never_trained``
+        for a floor, whatever its method."""
+        if self.budget.never_trained:
+            return NEVER_TRAINED
         parts = []
         if self.method == "looc":
             parts.append(dict(self.train_flags).get("looc_augmentations", "default").replace(",", "_"))
@@ -114,7 +130,10 @@ class Arm:
 
     @property
     def name(self) -> str:
-        """Readable name, what ``--arms`` globs match: ``tiny-simsiam-augself-s0``."""
+        """Readable name, what ``--arms`` globs match: ``tiny-simsiam-augself-s0``; a floor's has no method
+        (``tiny-never_trained-s0``)."""
+        if self.budget.never_trained:
+            return f"{self.data}-{NEVER_TRAINED}-s{self.seed}"
         return f"{self.data}-{self.method}-{self.variant}-s{self.seed}"
 
     def settings(self) -> dict:
@@ -154,7 +173,7 @@ class Arm:
                 f"--batch_size={b.batch_size}", f"--epochs={b.epochs}", f"--model_dir={model_dir}"]
         if self.condition != "none":
             args.append(f"--condition={self.condition}")
-        if b.max_steps:
+        if b.max_steps is not None:
             args.append(f"--max_steps={b.max_steps}")
         args += [f"--{k}={v}" for k, v in self.train_flags]
         return args
@@ -181,6 +200,18 @@ QUICK_BUDGET = Budget(epochs=1, width=0.0625, image_size=32, batch_size=32, back
 # fills with stale keys of the very images it contrasts against (docs/results.md, "MoCo queue").
 MOCO_QUEUE = 2048
 MONITOR_FLAGS = (("monitor", "auto"), ("monitor_every", "2"))
+FLOOR_SEEDS = (0, 1, 2)
+# BN statistics recomputed on the first 3,500 images of the pretraining split (all of tiny-imagenet-mini's train split:
+# 27 batches of 128) under the evaluation transform, for every arm of a comparison: no objective's extra views reach
+# what evaluation reads.
+PRECISE_BN_FLAGS = (("precise_bn_images", "3500"),)
+
+
+def floor_arm(arm: Arm) -> Arm:
+    """The never-trained floor beside ``arm``: its data, seed, width, size and evaluations, no training step, and
+    BN statistics recomputed as every compared arm's (whatever ``arm`` does)."""
+    return dataclasses.replace(arm, method="simsiam", augself="none", condition="none",
+                               budget=dataclasses.replace(arm.budget, max_steps=0), train_flags=PRECISE_BN_FLAGS)
 QUICK_MONITOR_FLAGS = (("monitor", "auto"), ("monitor_every", "1"), ("monitor_bank_size", "64"),
                        ("monitor_query_size", "32"))
 
@@ -204,7 +235,7 @@ def select_arms(arms: Sequence[Arm], patterns: str | None) -> list[Arm]:
 # ----------------------------------------------------------------------------------------------------
 # The order reports list entries in
 
-VARIANT_ORDER = ("base", "augself", "cond", "augself+cond")
+VARIANT_ORDER = (NEVER_TRAINED, "base", "augself", "cond", "augself+cond")
 DATA_ORDER = ("tiny", "shapes")
 METHOD_ORDER = ("simsiam", "moco", "byol", "simclr", "swav")
 

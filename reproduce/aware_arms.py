@@ -109,7 +109,7 @@ def aware_arms(epochs: int | None = None, width: float | None = None, winner: st
     def family(method: str, seed: int) -> list[Arm]:
         return [aware_arm(method, seed, tiny, flags=(OBJECTIVE_FLAGS[name],)) for name in OBJECTIVE_FLAGS]
 
-    arms = simsiam_pair(0) + family("simsiam", 0)
+    arms = looc_arms.floor_arms(epochs, width) + simsiam_pair(0) + family("simsiam", 0)
     arms += [aware_arm("simsiam", 0, tiny, condition=CASSLE_SET, flags=cassle_flags(k)) for k in CONDITION_KINDS]
     arms += [aware_arm("simclr", 0, tiny), aware_arm("simclr", 0, tiny, augself=aug)] + family("simclr", 0)
     for seed in SEEDS[1:]:

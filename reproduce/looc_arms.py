@@ -63,11 +63,18 @@ def table_arm(data: str, method: str, seed: int, budget: Budget, augself: str = 
     return Arm(data, method, augself, "none", seed, budget, evals, flags + monitor_flags, SUITE)
 
 
+def floor_arms(epochs: int | None = None, width: float | None = None) -> list[Arm]:
+    """The table's never-trained floor at every seed of :data:`arm_settings.FLOOR_SEEDS` (the aware suite's too)."""
+    tiny = dataclasses.replace(arm_settings.TINY_BUDGET,
+                               **{k: v for k, v in (("epochs", epochs), ("width", width)) if v})
+    return [arm_settings.floor_arm(table_arm("tiny", "simsiam", seed, tiny)) for seed in arm_settings.FLOOR_SEEDS]
+
+
 def looc_table_arms(epochs: int | None = None, width: float | None = None) -> list[Arm]:
     """The arms of the LooC comparison, cheapest and most informative first (the runs advance over several sessions).
 
-    Seed 0 of every row of the table, then seeds 1 and 2 of the MoCo pair, of the SimSiam pair, and of
-    LooC (color, rotation). ``epochs`` / ``width`` replace the budget's (new settings, so new ids).
+    The never-trained floor, seed 0 of every row of the table, then seeds 1 and 2 of the MoCo pair, of the SimSiam
+    pair, and of LooC (color, rotation). ``epochs`` / ``width`` replace the budget's (new settings, so new ids).
     """
     tiny = dataclasses.replace(arm_settings.TINY_BUDGET,
                                **{k: v for k, v in (("epochs", epochs), ("width", width)) if v})
@@ -76,7 +83,8 @@ def looc_table_arms(epochs: int | None = None, width: float | None = None) -> li
         return table_arm("tiny", method, seed, tiny, augself, looc, monitor_flags=arm_settings.MONITOR_FLAGS)
 
     aug = arm_settings.DEFAULT_SET
-    arms = [arm("moco", 0), arm("moco", 0, aug)]
+    arms = floor_arms(epochs, width)
+    arms += [arm("moco", 0), arm("moco", 0, aug)]
     arms += [arm("looc", 0, looc=s) for s in LOOC_SETS]
     arms += [arm("simsiam", 0), arm("simsiam", 0, aug)]
     for method in ("moco", "simsiam"):

@@ -10,6 +10,7 @@ import dataclasses
 
 from reproduce.arm_settings import (
     DEFAULT_SET,
+    FLOOR_SEEDS,
     MOCO_QUEUE,
     MONITOR_FLAGS,
     QUICK_BUDGET,
@@ -18,6 +19,7 @@ from reproduce.arm_settings import (
     Arm,
     Budget,
     EvalCall,
+    floor_arm,
 )
 
 SHAPES_BUDGET = Budget(epochs=10, width=0.125, image_size=32, batch_size=256, backbone="resnet18_cifar")
@@ -43,13 +45,17 @@ def _arm(data: str, method: str, augself: str, condition: str, seed: int, budget
 
 
 def default_arms(epochs: int | None = None, width: float | None = None) -> list[Arm]:
-    """The arms of the main reproduction, cheapest and most informative first (each seed's pair before the next seed).
+    """The arms of the main reproduction, cheapest and most informative first (the never-trained floors, then each
+    seed's pair before the next seed).
 
     ``epochs`` / ``width`` replace the tiny-imagenet budget's (new settings, so new ids and entries).
     """
     tiny = dataclasses.replace(TINY_BUDGET, **{k: v for k, v in (("epochs", epochs), ("width", width)) if v})
-    arms = [_arm("shapes", "moco", a, "none", 0, SHAPES_BUDGET, SHAPES_EVALS, MONITOR_FLAGS, MOCO_QUEUE)
-            for a in ("none", DEFAULT_SET)]
+    floors = [floor_arm(_arm(data, "simsiam", "none", "none", seed, budget, evals, (), MOCO_QUEUE))
+              for data, budget, evals in (("tiny", tiny, TINY_EVALS), ("shapes", SHAPES_BUDGET, SHAPES_EVALS))
+              for seed in FLOOR_SEEDS]
+    arms = floors + [_arm("shapes", "moco", a, "none", 0, SHAPES_BUDGET, SHAPES_EVALS, MONITOR_FLAGS, MOCO_QUEUE)
+                     for a in ("none", DEFAULT_SET)]
     pairs = [("simsiam", 0), ("moco", 0), ("simsiam", 1), ("simsiam", 2)]
     for method, seed in pairs:
         arms += [_arm("tiny", method, a, "none", seed, tiny, TINY_EVALS, MONITOR_FLAGS, MOCO_QUEUE)

@@ -67,7 +67,7 @@ def steps_from_log(text: str) -> tuple[int, int] | None:
 
 def total_steps(arm: Arm, steps_per_epoch: int) -> int:
     steps = steps_per_epoch * arm.budget.epochs
-    return min(steps, arm.budget.max_steps) if arm.budget.max_steps else steps
+    return steps if arm.budget.max_steps is None else min(steps, arm.budget.max_steps)
 
 
 def load_state(run_dir: str) -> dict:

@@ -16,8 +16,10 @@ import tensorflow as tf
 
 from augself_tf.augment import PHOTOMETRIC_MODES, finish_views
 from augself_tf.augment.views import check_pair_batch
+from augself_tf.data.eval_view import preprocess
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source, pair_records, source_info
+from augself_tf.export.precise_bn import recompute_bn_statistics, single_device_copy
 from augself_tf.export.saved_model import export_backbone
 from augself_tf.image_statistics import IMAGENET_MEAN, IMAGENET_STD
 from augself_tf.methods import METHODS, derived_options, view_plan
@@ -160,6 +162,23 @@ def _log(cfg: TrainConfig, msg: str) -> None:
         print(msg, flush=True)
 
 
+def _export_precise_bn(cfg: TrainConfig, model: AugSelfModel, path: str) -> None:
+    """Exports a single-device copy of the backbone whose BN statistics are recomputed on the first
+    ``cfg.precise_bn_images`` images of the pretraining split, eval-preprocessed at the run's size
+    (augself_tf/export/precise_bn.py); the run's model and its own export keep the running statistics."""
+    size = cfg.augment.image_size
+    images = load_source(cfg.dataset, cfg.split, data_dir=cfg.data_dir).take(cfg.precise_bn_images)
+    images = images.map(lambda ex: preprocess(ex["image"], size), num_parallel_calls=tf.data.AUTOTUNE)
+    # Whole batches only, as fvcore's update_bn_stats, unless the images do not fill one.
+    batch = min(cfg.batch_size, cfg.precise_bn_images)
+    backbone = single_device_copy(model.backbone)
+    batches = recompute_bn_statistics(backbone, images.batch(batch, drop_remainder=True))
+    if not batches:
+        raise ValueError(f"--precise_bn_images: '{cfg.dataset}' split '{cfg.split}' has fewer than {batch} images")
+    export_backbone(backbone, path, model.exported_features())
+    _log(cfg, f"SavedModel with BN statistics of {batches} batches of {batch} images: {path}")
+
+
 def check_model_dir(model_dir: str) -> None:
     """Creates ``model_dir`` and proves it writable; a file there or an unwritable place is one ValueError line."""
     if os.path.exists(model_dir) and not os.path.isdir(model_dir):
@@ -221,7 +240,7 @@ def _train(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> T
     if steps_per_epoch == 0:
         raise ValueError(f"batch size {cfg.batch_size} exceeds the {info.num_examples} examples of '{cfg.dataset}'")
     total_steps = steps_per_epoch * cfg.epochs
-    if cfg.max_steps:
+    if cfg.max_steps is not None:
         total_steps = min(total_steps, cfg.max_steps)
     monitor_plan = plan_monitors(cfg, info.num_examples)  # bad monitor flags fail before the model is built
 
@@ -272,7 +291,9 @@ def _train(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> T
         restore(checkpoint, latest, state)
         _log(cfg, f"Resumed from {latest}")
     step = int(optimizer.iterations.numpy())
-    if step >= total_steps:
+    if total_steps == 0:
+        _log(cfg, "--max_steps=0: the initialised network is exported untrained (a floor)")
+    elif step >= total_steps:
         _log(cfg, f"Already trained {step}/{total_steps} steps in {model_dir}")
 
     nonfinite_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_step")
@@ -376,6 +397,8 @@ def _train(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> T
     if cfg.export and chief:
         saved_model_dir = export_backbone(model.backbone, os.path.join(model_dir, "saved_model"),
                                           model.exported_features())
+        if cfg.precise_bn_images:
+            _export_precise_bn(cfg, model, os.path.join(model_dir, "saved_model_precise_bn"))
     if not chief:  # the scratch checkpoints only served the collective saves
         shutil.rmtree(write_dir, ignore_errors=True)
     if cfg.verbose:

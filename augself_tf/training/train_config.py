@@ -72,7 +72,8 @@ class TrainConfig:
     augment: AugmentConfig = dataclasses.field(default_factory=lambda: AugmentConfig(image_size=CPU_IMAGE_SIZE))
     batch_size: int = option(256, "GLOBAL batch size (split over replicas).", minimum=1)
     epochs: int = option(10, "Training epochs.", minimum=1)
-    max_steps: int | None = option(None, "Stop after this many steps in total (smoke runs, benchmarks).",
+    max_steps: int | None = option(None, "Stop after this many steps in total (smoke runs, benchmarks; 0 exports "
+                                         "the initialised network: a never-trained floor).",
                                      minimum=0)
     lr: float = option(0.03, "Base learning rate, scaled by batch/256.", above=0)
     weight_decay: float = option(5e-4, "Coupled L2 coefficient (PyTorch SGD semantics).", minimum=0)
@@ -110,6 +111,12 @@ class TrainConfig:
     shuffle_buffer: int = option(10_000, "Images in tf.data's shuffle buffer.", minimum=1)  # tfds only (pair_source)
     cache_source: bool | None = option(None, "Keep decoded images in memory (default: only for 'shapes').")
     export: bool = option(True, "Export the backbone as a SavedModel at the end.")
+    precise_bn_images: int = option(0, "Also export saved_model_precise_bn/: the backbone with every BN layer's "
+                                       "running mean and variance recomputed as the mean of its batch statistics "
+                                       "over the first N images of the pretraining split under the evaluation "
+                                       "transform (resize, centre crop), in batches of --batch_size; a comparison "
+                                       "whose arms all read it has no objective's extra views in its statistics "
+                                       "(0: off).", minimum=0)
     monitor: str = option("auto", "Online transfer monitors (docs/monitors.md): 'auto' (kNN on the class label, "
                                    "plus kNN on the colour label where the data has one, else the colour-"
                                    "permutation kNN), 'none', or a comma list of knn, knn:LABEL, colorperm.")
