@@ -89,7 +89,8 @@ class Arm:
     train_main flags that change the result (queue size, monitor cadence, LooC's left-out set), as (name, value)
     pairs. ``suite`` names the arm set the arm belongs to ("" = the main reproduction's; "looc" = the LooC
     comparison's): it is in the
-    settings (and so the id) only when not empty, and each suite's report reads only its own entries.
+    settings (and so the id) only when not empty, and each suite's report reads only its own entries. ``tag`` names
+    what the name would not show (a recipe sweep's point); it is in the name, not in the settings.
     """
 
     data: str
@@ -101,6 +102,7 @@ class Arm:
     evals: tuple[EvalCall, ...]
     train_flags: tuple[tuple[str, str], ...] = ()
     suite: str = ""
+    tag: str = ""  # a name for what the settings vary that the name does not show (a sweep's recipe); not hashed
 
     @property
     def saved_model(self) -> str:
@@ -126,6 +128,7 @@ class Arm:
         if "condition_kind" in flags:
             parts.append(flags["condition_kind"])
         parts += [flag.removesuffix("_weight") for flag in OBJECTIVE_WEIGHT_FLAGS if flag in flags]
+        parts += [self.tag] if self.tag else []
         return "+".join(parts) or "base"
 
     @property

@@ -129,8 +129,9 @@ def clean_record(record: dict, call: str, replacements: dict[str, str]) -> dict:
     return portable({**record, "settings": settings, "call": call}, replacements)
 
 
-def read_monitor_events(tensorboard_dir: str, steps_per_epoch: int) -> dict:
-    """The ``monitor/*`` scalars of a run (``monitor/seconds`` aside) as columns per evaluated step.
+def read_monitor_events(tensorboard_dir: str, steps_per_epoch: int, prefix: str = "monitor/") -> dict:
+    """The ``monitor/*`` scalars of a run (``monitor/seconds`` aside), or those under another ``prefix``
+    (``collapse/``: the training steps' collapse diagnostics), as columns per logged step.
 
     Returns ``{"step": [...], "epoch": [...], "values": {name: [...]}}`` sorted by step; a step written
     twice (a resumed run redoing it) keeps its last value. Read with ``augself_tf.runtime.tensorboard``.
@@ -140,8 +141,8 @@ def read_monitor_events(tensorboard_dir: str, steps_per_epoch: int) -> dict:
     import_tensorflow_quietly()
     from augself_tf.runtime.tensorboard import last_per_step, read_scalars
 
-    events = read_scalars(tensorboard_dir, lambda tag: tag.startswith("monitor/") and tag != "monitor/seconds")
-    series = {tag[len("monitor/"):]: dict(last_per_step(points)) for tag, points in events.items()}
+    events = read_scalars(tensorboard_dir, lambda tag: tag.startswith(prefix) and tag != "monitor/seconds")
+    series = {tag[len(prefix):]: dict(last_per_step(points)) for tag, points in events.items()}
     steps = sorted({s for points in series.values() for s in points})
     return {
         "step": steps,

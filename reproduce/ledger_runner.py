@@ -130,6 +130,7 @@ def make_entry(arm: Arm, ctx: Context, state: dict) -> dict:
     tb = os.path.join(run, "tensorboard")
     spe = state["steps_per_epoch"]
     monitors = ledger.read_monitor_events(tb, spe) if os.path.isdir(tb) else {"step": [], "epoch": [], "values": {}}
+    diagnostics = ledger.read_monitor_events(tb, spe, "collapse/") if os.path.isdir(tb) else {"step": []}
     return {
         "schema": ledger.SCHEMA,
         "arm": arm.id,
@@ -155,7 +156,7 @@ def make_entry(arm: Arm, ctx: Context, state: dict) -> dict:
         },
         "records": records,
         "monitors": monitors,
-    }
+    } | ({"diagnostics": diagnostics} if diagnostics["step"] else {})
 
 
 def run_arm(arm: Arm, ctx: Context) -> str:

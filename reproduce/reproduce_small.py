@@ -8,6 +8,7 @@
     augself-reproduce --quick              # smoke version of the whole pipeline (CI)
     augself-reproduce --suite=looc         # the LooC comparison: the paper's LooC table (same flags)
     augself-reproduce --suite=aware        # the augmentation-aware family's comparison (same flags)
+    augself-reproduce --suite=recipe       # the ledger recipe's sweep, judged on a held-out split
 
 An arm is one pretraining run (data, method, AugSelf set, conditioning set, seed, budget) and its
 evaluations with eval_main.py. Each finished arm writes reproduce/ledger/<arm id>.json (its settings,
@@ -44,6 +45,8 @@ from reproduce import (
     looc_report,
     main_arms,
     main_report,
+    recipe_arms,
+    recipe_report,
     run_directory,
     step_times,
     time_estimates,
@@ -54,10 +57,11 @@ ROOT = ledger.ROOT
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--suite", choices=("main", "looc", "aware"), default="main",
+    p.add_argument("--suite", choices=("main", "looc", "aware", "recipe"), default="main",
                    help="arm set: main (the main reproduction: SimSiam/MoCo ± AugSelf, CASSLE), looc (the "
-                        "paper's LooC comparison table) or aware (the augmentation-aware family: AugSelf, CASSLE, "
-                        "EquiMod, E-SSL, STL on SimSiam and SimCLR); each has its own report block and picture")
+                        "paper's LooC comparison table), aware (the augmentation-aware family: AugSelf, CASSLE, "
+                        "EquiMod, E-SSL, STL on SimSiam and SimCLR) or recipe (the ledger recipe's sweep, judged on "
+                        "a held-out split); each has its own report block")
     p.add_argument("--arms", default=None, help="comma-separated globs on arm names or ids (default: all); they run in "
                    "the suite's order, whatever the order given")
     p.add_argument("--time_budget", type=float, default=None, metavar="MINUTES",
@@ -84,7 +88,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--width", type=float, default=None, help="tiny-imagenet budget's width (new arms; default 0.25)")
     args = p.parse_args(argv)
     args.prog = p.prog.removesuffix(".py")  # augself-reproduce, or reproduce_small under python -m
-    heat_map = args.suite != "main"  # looc and aware draw the omega_probe heat map; main its monitor curves
+    heat_map = args.suite in ("looc", "aware")  # they draw the omega_probe heat map; main its monitor curves
     picture = f"{args.suite}_omega_probe.png" if heat_map else "reproduce_small_curves.png"
     if args.quick:
         out = f"reproduce_small_{args.suite}_quick" if heat_map else "reproduce_small_quick"
@@ -120,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.suite == "looc":
         arms = looc_arms.quick_looc_arms() if args.quick else looc_arms.looc_table_arms(args.epochs, args.width)
         command, write_report = looc_report.COMMAND, looc_report.write_report
+    elif args.suite == "recipe":
+        if args.quick:
+            print(f"{args.prog}: error: --quick has no recipe sweep (its arms are the screen's)", file=sys.stderr)
+            return 2
+        arms, command, write_report = recipe_arms.sweep_arms(), recipe_report.COMMAND, recipe_report.write_report
     elif args.suite == "aware":
         arms = (aware_arms.quick_aware_arms() if args.quick
                 else aware_arms.suite_arms(ledger.load_entries(args.ledger), args.epochs, args.width))

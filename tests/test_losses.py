@@ -15,7 +15,7 @@ from package_source import imported_modules, modules
 from augself_tf.losses.byol_regression import byol_regression
 from augself_tf.losses.info_nce import info_nce, info_nce_logits
 from augself_tf.losses.masked_cross_entropy import masked_cross_entropy
-from augself_tf.losses.negative_cosine import negative_cosine
+from augself_tf.losses.negative_cosine import negative_cosine, normalized_std
 from augself_tf.losses.nt_xent import nt_xent
 from augself_tf.losses.swapped_prediction import sinkhorn, swapped_prediction
 
@@ -67,6 +67,18 @@ def test_negative_cosine_stops_the_gradient_into_its_target_and_casts_to_float32
     np.testing.assert_allclose(grad_p.numpy(), want, rtol=1e-4, atol=1e-6)
     half = negative_cosine(tf.constant(p, tf.bfloat16), tf.constant(z, tf.bfloat16))
     assert half.dtype == tf.float32
+
+
+def test_normalized_std_is_solo_learns_z_std_and_falls_to_zero_on_collapse():
+    rng = np.random.default_rng(3)
+    z1, z2 = rng.normal(size=(32, 64)), rng.normal(size=(32, 64))
+    unit = np.stack([z / np.linalg.norm(z, axis=-1, keepdims=True) for z in (z1, z2)])
+    expected = unit.std(axis=1, ddof=1).mean()  # F.normalize(torch.stack((z1, z2)), dim=-1).std(dim=1).mean()
+    np.testing.assert_allclose(float(normalized_std(z1.astype("float32"), z2.astype("float32"))), expected, rtol=1e-5)
+    assert abs(expected - 1 / np.sqrt(64)) < 0.2 / np.sqrt(64)  # spread outputs: about 1/sqrt(D)
+    collapsed = np.tile(rng.normal(size=(1, 64)), (32, 1)).astype("float32") * rng.uniform(1, 2, (32, 1)).astype(
+        "float32")
+    assert float(normalized_std(collapsed, collapsed)) < 1e-6  # one direction: normalised, no spread
 
 
 @pytest.mark.parametrize("b, d", SHAPES)

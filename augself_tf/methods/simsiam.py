@@ -7,7 +7,7 @@ import dataclasses
 import tensorflow as tf
 
 from augself_tf.flag_fields import option
-from augself_tf.losses.negative_cosine import negative_cosine
+from augself_tf.losses.negative_cosine import negative_cosine, normalized_std
 from augself_tf.methods.augself_model import AugSelfModel
 from augself_tf.models.resnet import mlp
 
@@ -51,4 +51,4 @@ class SimSiam(AugSelfModel):
         p1 = self.predictor(self.predictor_input(z1, f1), training=training)
         p2 = self.predictor(self.predictor_input(z2, f2), training=training)
         loss = 0.5 * (negative_cosine(p1, z2) + negative_cosine(p2, z1))
-        return loss, {}
+        return loss, {"collapse/z_std": normalized_std(z1, z2)}  # read beside the kNN monitor: collapse or slow

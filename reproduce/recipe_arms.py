@@ -1,0 +1,80 @@
+"""The arms of the ledger recipe's sweep (``--suite=recipe``): learning rate, weight decay, warm-up and head sizes per
+method, judged on a split no reported evaluation reads.
+
+At the paper's STL10 recipe cut to the ledger's budget, SimSiam's features stay at the never-trained floor. This
+sweep looks for a CPU-scale recipe under which each base learns. Each arm pretrains on tiny-imagenet-mini's train
+split at :data:`SCREEN_BUDGET` and has no evaluation call: its kNN monitor classifies the **val** split (the
+partition's 10%, which no reported column reads: the tables' linear probes test on its 20% test split) against the
+whole train split, every 2 epochs; SimSiam also logs its collapse diagnostic (``collapse/z_std``). The report
+(reproduce/recipe_report.py) ranks the recipes by the last quarter of that curve and flags a curve that falls over
+its second half.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from reproduce import arm_settings
+from reproduce.arm_settings import Arm
+
+SUITE = "recipe"
+# A screen at a third of the ledger's 120 epochs (1,080 steps): seven recipes fit in a few hours of 2 cores; the
+# winner then runs at the full budget in the comparison suites, where its kNN curve is checked again.
+SCREEN_BUDGET = dataclasses.replace(arm_settings.TINY_BUDGET, epochs=40)
+# kNN of the whole val split (500 images) against the whole train split (3,500): the held-out judge.
+SWEEP_MONITOR_FLAGS = (("monitor", "auto"), ("monitor_every", "2"), ("monitor_splits", "train,val"),
+                       ("monitor_bank_size", "3500"), ("monitor_query_size", "500"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """One point of the sweep: the train_main flags it sets (base lr scaled by batch/256, coupled L2, warm-up
+    epochs, the decay's exclusion rule, and optionally SimSiam's head sizes) and where it comes from."""
+
+    label: str
+    lr: float
+    weight_decay: float
+    warmup_epochs: float = 0.0
+    weight_decay_exclude: str = "none"
+    heads: tuple[tuple[str, str], ...] = ()
+    source: str = ""
+
+    def flags(self) -> tuple[tuple[str, str], ...]:
+        """The train flags, in a fixed order (part of the arm's settings, so of its id)."""
+        return (("lr", f"{self.lr:g}"), ("weight_decay", f"{self.weight_decay:g}"),
+                ("warmup_epochs", f"{self.warmup_epochs:g}"), ("weight_decay_exclude", self.weight_decay_exclude),
+                *self.heads)
+
+
+# SimSiam's heads sized to the width-0.25 ResNet-18's 128-d feature (official SimSiam: hidden width = the
+# backbone's feature size; projector 4x, predictor bottleneck 1/4 of it) instead of the paper's 2048/512.
+SMALL_SIMSIAM_HEADS = (("projector_dim", "512"), ("predictor_hidden", "128"))
+
+# Most needed first: the paper's recipe as the control, then the published small-scale recipes, then the heads.
+SIMSIAM_RECIPES = (
+    Recipe("paper", 0.03, 5e-4, source="the paper's STL10 recipe (the ledger's until now)"),
+    Recipe("solo", 0.5, 1e-5, 5, source="solo-learn's CIFAR SimSiam: lr 0.5·B/256, wd 1e-5, warm-up"),
+    Recipe("lightly", 0.12, 5e-4, 5, source="lightly's CIFAR-10 benchmark: lr 0.06 at batch 128, wd 5e-4"),
+    Recipe("lightly-small", 0.12, 5e-4, 5, heads=SMALL_SIMSIAM_HEADS, source="lightly's, heads sized to the feature"),
+    Recipe("solo-small", 0.5, 1e-5, 5, heads=SMALL_SIMSIAM_HEADS, source="solo-learn's, heads sized to the feature"),
+    Recipe("paper-warmup", 0.03, 5e-4, 5, source="the paper's with warm-up"),
+    Recipe("solo-1d", 0.5, 1e-5, 5, "1d", source="solo-learn's, no decay on biases and BN"),
+)
+RECIPES = {"simsiam": SIMSIAM_RECIPES}
+
+
+def recipe_arm(method: str, recipe: Recipe, seed: int = 0) -> Arm:
+    """The sweep's arm of ``recipe`` for ``method``: no evaluation calls, the held-out kNN monitor."""
+    return Arm("tiny", method, "none", "none", seed, SCREEN_BUDGET, (), recipe.flags() + SWEEP_MONITOR_FLAGS, SUITE,
+               tag=recipe.label)
+
+
+def recipe_of(settings: dict) -> Recipe | None:
+    """The recipe of an entry's settings (by its method and train flags), or None."""
+    flags = tuple((k, v) for k, v in settings["train_flags"].items() if (k, v) not in SWEEP_MONITOR_FLAGS)
+    return next((r for r in RECIPES.get(settings["method"], ()) if r.flags() == flags), None)
+
+
+def sweep_arms() -> list[Arm]:
+    """Every method's recipes, in :data:`RECIPES` order."""
+    return [recipe_arm(method, r) for method, recipes in RECIPES.items() for r in recipes]
