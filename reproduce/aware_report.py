@@ -17,7 +17,7 @@ import os
 from collections.abc import Sequence
 
 from reproduce import doc_blocks, ledger
-from reproduce.arm_settings import Arm, step_setting
+from reproduce.arm_settings import NEVER_TRAINED, Arm, step_setting
 from reproduce.aware_arms import CONDITION_KINDS, SUITE, TABLE_COLUMNS, pilot, views_per_image, winner
 from reproduce.report_parts import (
     OMEGA_AUGS,
@@ -49,7 +49,8 @@ class Row:
 def rows() -> tuple[Row, ...]:
     """The table's rows, in order: each base, then its AugSelf, CASSLE kinds and family members."""
     family = (("equimod", "EquiMod"), ("essl", "E-SSL"), ("stl", "STL"))
-    out = [Row("SimSiam", "simsiam", "base"), Row("SimSiam + AugSelf", "simsiam", "augself", "SimSiam")]
+    out = [Row("never trained", "simsiam", NEVER_TRAINED), Row("SimSiam", "simsiam", "base"),
+           Row("SimSiam + AugSelf", "simsiam", "augself", "SimSiam")]
     out += [Row(f"SimSiam + CASSLE ({k})", "simsiam", f"cond+{k}", "SimSiam") for k in CONDITION_KINDS]
     out += [Row(f"SimSiam + {name}", "simsiam", key, "SimSiam") for key, name in family]
     out += [Row("SimCLR", "simclr", "base"), Row("SimCLR + AugSelf", "simclr", "augself", "SimCLR")]
@@ -107,15 +108,18 @@ def table(entries: Sequence[dict], arms: Sequence[Arm], timings: dict | None = N
         if not listed:
             continue
         base = groups[row.baseline] if row.baseline else None
+        floor = None if row.variant == NEVER_TRAINED else groups[ROWS[0].label]
         cells = []
         for call, protocol in TABLE_COLUMNS:
             vals, metric = values(got, call, protocol)
-            cells.append(ours(vals, metric, values(base, call, protocol)[0] if base is not None else None))
+            cells.append(ours(vals, metric, values(base, call, protocol)[0] if base is not None else None,
+                              values(floor, call, protocol)[0] if floor is not None else None))
         step = seconds_per_step(got, timed[row.label], timed.get(row.baseline) if row.baseline else None)
         if timed[row.label] is None:
             step = "not timed" if step == "—" else f"{step}, not timed"
+        trained = floor is not None
         seeds = ", ".join(str(e["settings"]["seed"]) for e in got)
-        body.append([row_label(row, won), views_per_image(listed[0]), step,
+        body.append([row_label(row, won), views_per_image(listed[0]) if trained else "—", step if trained else "—",
                      f"{len(got)}/{len(listed)}" + (f" ({seeds})" if seeds else "")] + cells)
     return markdown_table(head, body)
 
@@ -161,7 +165,7 @@ def render(entries: Sequence[dict], arms: Sequence[Arm], picture_link: str | Non
     done = {e["arm"] for e in entries}
     pending = [a for a in arms if a.id not in done]
     total = sum(e["training"]["seconds"] + e["evaluation"]["seconds"] for e in entries)
-    budget = arms[0].budget.describe() if arms else ""
+    budget = next((a.budget.describe() for a in arms if not a.budget.never_trained), "")
     kinds = len(pilot(arms))
     won = winner(entries, arms)
     out = ["## The augmentation-aware family at small scale (generated from the ledger)", "",
@@ -173,7 +177,9 @@ def render(entries: Sequence[dict], arms: Sequence[Arm], picture_link: str | Non
            "Cells: mean ± half-range over the seeds of the row (`seeds`: entries done / arms listed, and which "
            "seeds); Δ to the row's base (SimSiam for the SimSiam rows, SimCLR for the SimCLR rows), \"noise\" when "
            "within both sides' seed spread (judged only with ≥ 2 seeds on each side); \"—\" where no entry is in "
-           "the ledger yet. The SimSiam ± AugSelf rows are the LooC comparison's own entries. CASSLE conditions "
+           "the ledger yet. The never-trained and SimSiam ± AugSelf rows are the LooC comparison's own entries "
+           "(\"never trained\": the initialised network, no step, its BN statistics recomputed on the train split's "
+           "images; \"≈ floor\" marks a cell within its seed spread). CASSLE conditions "
            "SimSiam's projector on AugSelf's ω (crop, color); the winner of its seed-0 pilot of "
            f"{kinds} condition kind{'s' if kinds != 1 else ''} is the kind with the highest mean of the seven "
            "evaluation columns (ties: the first of concat, add, mul, hypernet), and gets seeds 1 and 2: "

@@ -13,8 +13,8 @@ import os
 from collections.abc import Iterable, Sequence
 
 from reproduce import doc_blocks, ledger
-from reproduce.arm_settings import VARIANT_ORDER, Arm, Budget, sort_key, variant_of
-from reproduce.seed_cells import Group, cell, delta_cell
+from reproduce.arm_settings import NEVER_TRAINED, VARIANT_ORDER, Arm, Budget, sort_key, variant_of
+from reproduce.seed_cells import FLOOR_MARK, Group, at_floor, cell, delta_cell
 from reproduce.wall_table import wall_table
 
 BEGIN, END = "<!-- reproduce_small:begin -->", "<!-- reproduce_small:end -->"
@@ -73,13 +73,33 @@ def short_label(settings: dict) -> str:
                     if settings[key] != "none") or "base"
 
 
+def _section_key(settings: dict) -> tuple[str, str]:
+    """(data, budget json); a floor's budget without its ``max_steps`` of 0: it joins the section it is the floor of."""
+    budget = dict(settings["budget"])
+    if budget.get("max_steps") == 0:
+        budget["max_steps"] = None
+    return settings["data"], json.dumps(budget, sort_keys=True)
+
+
 def _sections(entries: Iterable[dict]) -> dict[tuple[str, str], dict[str, dict[str, Group]]]:
-    """{(data, budget json): {method: {variant: Group}}} in report order."""
+    """{(data, budget json): {method: {variant: Group}}} in report order; the never-trained floors left out
+    (:func:`_floors`)."""
     out: dict[tuple[str, str], dict[str, dict[str, Group]]] = {}
     for e in sorted(entries, key=sort_key):
         s = e["settings"]
-        section = out.setdefault((s["data"], json.dumps(s["budget"], sort_keys=True)), {})
+        if variant_of(s) == NEVER_TRAINED:
+            continue
+        section = out.setdefault(_section_key(s), {})
         section.setdefault(s["method"], {}).setdefault(variant_of(s), Group([])).entries.append(e)
+    return out
+
+
+def _floors(entries: Iterable[dict]) -> dict[tuple[str, str], Group]:
+    """{(data, budget json): the never-trained floor's seeds} of the sections that have one."""
+    out: dict[tuple[str, str], Group] = {}
+    for e in sorted(entries, key=sort_key):
+        if variant_of(e["settings"]) == NEVER_TRAINED:
+            out.setdefault(_section_key(e["settings"]), Group([])).entries.append(e)
     return out
 
 
@@ -95,13 +115,16 @@ def _rows(groups: Iterable[Group]) -> list[tuple[str, str, str]]:
     return rows
 
 
-def method_table(method: str, groups: dict[str, Group]) -> str:
-    """One method's table: a column per variant (mean ± half-range over seeds), Δ against the base, the paper."""
+def method_table(method: str, groups: dict[str, Group], floor: Group | None = None) -> str:
+    """One method's table: the never-trained floor's column when there is one, a column per variant (mean ±
+    half-range over seeds, `` ≈ floor`` within the floor's spread), Δ against the base, the paper."""
     variants = [v for v in VARIANT_ORDER if v in groups] + sorted(v for v in groups if v not in VARIANT_ORDER)
     base = groups.get("base")
     first = next(iter(groups.values())).entries[0]
     calls = {c["name"]: c for c in first["settings"]["evals"]}
     head = ["evaluation", "metric"]
+    if floor is not None:
+        head.append(f"never trained (seed{'s' if len(floor.seeds) > 1 else ''} {', '.join(map(str, floor.seeds))})")
     for v in variants:
         g = groups[v]
         head.append(f"{variant_label(g.entries[0]['settings'])} (seed{'s' if len(g.seeds) > 1 else ''} "
@@ -117,9 +140,12 @@ def method_table(method: str, groups: dict[str, Group]) -> str:
         dataset = spec.get("dataset", call)
         label = next((f.split("=", 1)[1] for f in spec.get("flags", []) if f.startswith("--label_key=")), None)
         row = [f"{dataset} {protocol}" + (f" ({label})" if label else ""), metric.replace("_%", " %")]
+        floor_values = floor.values((call, protocol, metric)) if floor is not None else None
+        if floor is not None:
+            row.append(cell(floor_values, metric))
         for v in variants:
             values = groups[v].values((call, protocol, metric))
-            row.append(cell(values, metric))
+            row.append(cell(values, metric) + (FLOOR_MARK if at_floor(values, floor_values) else ""))
             if base is not None and v != "base":
                 row.append(delta_cell(values, base.values((call, protocol, metric)), metric))
         if with_paper:
@@ -153,14 +179,19 @@ def render_block(entries: Sequence[dict], pending: Sequence[Arm], curves_link: s
             "difference of the means; \"(noise)\" marks a Δ within the seed spread (|Δ| ≤ the sum of the two",
             "half-ranges), judged only where both sides have at least two seeds. The paper's figures are its",
             "STL10 ResNet-18 models (localization: ImageNet100 ResNet-50) on the dataset named: a different",
-            "dataset and budget, so compare the direction and size of the gap, not the level.",
+            "dataset and budget, so compare the direction and size of the gap, not the level. \"never trained\":",
+            "the initialised network (no step), its BN statistics recomputed on the pretraining split's images",
+            "(`--precise_bn_images`), evaluated by the same calls; \"≈ floor\" marks a cell within its seed spread",
+            "(|Δ| to its mean ≤ the two half-ranges, judged where the floor has at least two seeds).",
             "",
         ]
-        for (data, budget_json), methods in _sections(entries).items():
-            budget = Budget(**json.loads(budget_json))
-            out += [f"### {DATA_TITLES.get(data, data)}: {budget.describe()}", ""]
+        floors = _floors(entries)
+        for key, methods in _sections(entries).items():
+            budget = Budget(**json.loads(key[1]))
+            out += [f"### {DATA_TITLES.get(key[0], key[0])}: {budget.describe()}", ""]
             for method, groups in methods.items():
-                out += [f"**{METHOD_NAMES.get(method, method)}**", "", method_table(method, groups), ""]
+                out += [f"**{METHOD_NAMES.get(method, method)}**", "", method_table(method, groups, floors.get(key)),
+                        ""]
         if curves_link:
             out += [f"![online monitors per epoch, every seed a line]({curves_link})", "",
                     "Monitor curves (TensorBoard `monitor/*`, weighted kNN on frozen features) per evaluated epoch.",

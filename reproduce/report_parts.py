@@ -20,15 +20,16 @@ NOT_RUN = "not yet run"
 OMEGA_AUGS = ("crop", "color", "blur", "solarize", "rotation", "flip")
 
 
-def ours(vals: list[float], metric: str | None, base: list[float] | None) -> str:
-    """``mean ± half-range (Δ +x)``; ``(Δ +x, noise)`` when within the seed spread of both sides."""
+def ours(vals: list[float], metric: str | None, base: list[float] | None, floor: list[float] | None = None) -> str:
+    """``mean ± half-range (Δ +x)``; ``(Δ +x, noise)`` when within the seed spread of both sides; `` ≈ floor`` when
+    within the never-trained floor's spread (``floor``: its values; see :func:`seed_cells.at_floor`)."""
     if not vals:
         return "—"
     text = seed_cells.cell(vals, metric or "")
     if base:
         delta, noise = seed_cells.difference(vals, base)
         text += f" (Δ {delta:+.{seed_cells.decimals(metric or '')}f}{', noise' if noise else ''})"
-    return text
+    return text + (seed_cells.FLOOR_MARK if seed_cells.at_floor(vals, floor) else "")
 
 
 def seconds_per_step(entries: Sequence[dict], timed: float | None, base: float | None) -> str:

@@ -1,7 +1,8 @@
 """A report cell: an evaluation's values over the seeds of one setting, as mean ± half-range, and Δ to a baseline.
 
 Both suites' reports (reproduce/main_report.py, reproduce/looc_report.py) show their numbers this way, with the
-same noise rule: a Δ within the seed spread is marked, judged only where both sides have at least two seeds.
+same noise rule: a Δ within the seed spread is marked, judged only where both sides have at least two seeds; and a
+cell within the never-trained floor's spread is marked ``≈ floor`` (judged where the floor has two seeds or more).
 """
 
 from __future__ import annotations
@@ -43,6 +44,18 @@ def difference(variant: Sequence[float], base: Sequence[float]) -> tuple[float, 
     if len(variant) < 2 or len(base) < 2:
         return delta, None
     return delta, abs(delta) <= hv + hb
+
+
+def at_floor(values: Sequence[float], floor: Sequence[float] | None) -> bool:
+    """Whether ``values`` are within the never-trained floor's spread: |mean − the floor's mean| ≤ the sum of the two
+    half-ranges (a one-seed cell has none of its own). Judged only when the floor has at least two seeds."""
+    if not values or not floor or len(floor) < 2:
+        return False
+    (mv, hv), (mf, hf) = mean_half_range(values), mean_half_range(floor)
+    return abs(mv - mf) <= hv + hf
+
+
+FLOOR_MARK = " ≈ floor"  # a cell within the never-trained floor's spread: those features learned nothing measurable
 
 
 def decimals(metric: str) -> int:

@@ -28,7 +28,8 @@ MACHINE = {"cpu": "Test CPU @ 1GHz", "cores": 2, "python": "3.11.7", "tensorflow
 GIT = {"commit": "0123456789abcdef0123456789abcdef01234567", "dirty": False}
 COLUMNS = aware_arms.TABLE_COLUMNS
 # The suite's ids before the pilot's winner is known: a changed id would train an arm afresh, so they stay.
-IDS = [
+FLOOR_IDS = ["tiny-never_trained-s0-0a910b2d", "tiny-never_trained-s1-92dbe183", "tiny-never_trained-s2-53fa9254"]
+IDS = FLOOR_IDS + [
     "tiny-simsiam-base-s0-e60d5680", "tiny-simsiam-augself-s0-b03c7350", "tiny-simsiam-equimod-s0-ea5f573e",
     "tiny-simsiam-essl-s0-5ab6e4ae", "tiny-simsiam-stl-s0-ab4a8d43", "tiny-simsiam-cond+concat-s0-f0142d44",
     "tiny-simsiam-cond+add-s0-9766bc2a", "tiny-simsiam-cond+mul-s0-0169a071",
@@ -96,9 +97,11 @@ def test_arm_list_names_unique_ids_stable_and_the_looc_pairs_reused():
     arms = aware_arms.aware_arms()
     assert [a.id for a in arms] == IDS
     assert len({a.name for a in arms}) == len(arms)
-    assert all(a.suite == "aware" for a in arms if a.variant not in ("base", "augself") or a.method != "simsiam")
+    assert all(a.suite == "aware" for a in arms
+               if a.variant not in ("base", "augself", "never_trained") or a.method != "simsiam")
     looc_simsiam = {a.id for a in looc_arms.looc_table_arms() if a.method == "simsiam"}
-    assert {a.id for a in arms if a.method == "simsiam" and a.variant in ("base", "augself")} == looc_simsiam
+    assert {a.id for a in arms if a.method == "simsiam" and a.variant in ("base", "augself", "never_trained")
+            } == looc_simsiam  # the floor and SimSiam ± AugSelf: the LooC comparison's entries, reused
     with_winner = aware_arms.aware_arms(winner="mul")
     assert [a.id for a in with_winner if a.id not in IDS] == ["tiny-simsiam-cond+mul-s1-82648098",
                                                              "tiny-simsiam-cond+mul-s2-c03c8b29"]
@@ -180,14 +183,14 @@ def test_report_fills_the_cells_marks_noise_and_reads_the_timings():
     assert _row(block, "SimSiam + EquiMod")[3] == "0/3" and _row(block, "SimCLR + STL")[3] == "0/1"
     simclr = _row(block, "SimCLR")
     assert simclr[3:5] == ["1/1 (0)", "30.0"] and _row(block, "SimCLR + AugSelf")[4] == "—"
-    assert f"**{len(entries)} of the suite's 26 arms are done**" in block and "**mul**" in block
-    assert "Not yet run (13 arms)" in block and "![omega_probe" in block and "timings/aware.json" in block
+    assert f"**{len(entries)} of the suite's 29 arms are done**" in block and "**mul**" in block
+    assert "Not yet run (16 arms)" in block and "![omega_probe" in block and "timings/aware.json" in block
     assert "Wall time, machines and commits:" in block
 
 
 def test_empty_ledger_report_is_whole():
     block = aware_report.render([], aware_arms.suite_arms([]), None)
-    assert "**0 of the suite's 24 arms are done** (2 more" in block and "Not yet run (24 arms)" in block
+    assert "**0 of the suite's 27 arms are done** (2 more" in block and "Not yet run (27 arms)" in block
     assert "no row is timed yet" in block and "![" not in block
     assert block.count("| — | — | — | — | — | — | — |") == len(aware_report.ROWS)
 

@@ -75,7 +75,15 @@ def synthetic_entries() -> list[dict]:
 
 
 def test_looc_arms_in_order_with_their_settings():
-    arms = looc_arms.looc_table_arms()
+    floors, arms = looc_arms.looc_table_arms()[:3], looc_arms.looc_table_arms()[3:]
+    assert [a.name for a in floors] == ["tiny-never_trained-s0", "tiny-never_trained-s1", "tiny-never_trained-s2"]
+    for seed, floor in enumerate(floors):
+        # The initialised network, evaluated by the table's calls on its export with recomputed BN statistics.
+        assert floor.seed == seed and floor.budget == dataclasses.replace(arm_settings.TINY_BUDGET, max_steps=0)
+        assert floor.evals == looc_arms.TABLE_EVALS and floor.saved_model == "saved_model_precise_bn"
+        args = floor.train_args("/d", "/r")
+        assert "--max_steps=0" in args and "--precise_bn_images=3500" in args
+        assert not any(x.startswith("--monitor") for x in args)
     assert [a.name for a in arms] == [
         "tiny-moco-base-s0", "tiny-moco-augself-s0", "tiny-looc-color-s0", "tiny-looc-rotation-s0",
         "tiny-looc-color_rotation-s0", "tiny-simsiam-base-s0", "tiny-simsiam-augself-s0",
@@ -85,6 +93,7 @@ def test_looc_arms_in_order_with_their_settings():
     assert len({a.id for a in arms}) == len(arms)
     for a in arms:
         assert a.budget == arm_settings.TINY_BUDGET and a.suite == "looc" and a.settings()["suite"] == "looc"
+        assert a.saved_model == "saved_model"
         flags = dict(a.train_flags)
         assert flags["monitor"] == "auto" and flags["monitor_every"] == "2"
         assert (flags.get("queue_size") == "2048") is (a.method in ("moco", "looc"))
@@ -137,6 +146,20 @@ def _row(block: str, label: str, nth: int = 0) -> list[str]:
     return [c.strip() for c in rows[nth].strip("|").split("|")]
 
 
+def test_the_floor_row_and_cells_within_its_spread():
+    """The never-trained row shows its seeds' cells with no N, s/step or Δ; a row whose cell lies within the floor's
+    spread (|Δ| to the floor's mean ≤ both half-ranges) is marked, one beyond it is not."""
+    floors = [entry(arm(f"tiny-never_trained-s{s}"), {LIN: v, K5: 29.0 + s}) for s, v in ((0, 17.0), (1, 19.0))]
+    block = looc_report.render(synthetic_entries() + floors, looc_arms.looc_table_arms(), None)
+    assert _row(block, "never trained")[:6] == ["never trained", "—", "—", "2 (0, 1)", "18.0 ± 1.0", "—"]
+    # SimSiam 18.0 is within 18.0 ± 1.0; MoCo v2's 21.0 ± 1.0 is not (|3.0| > 1 + 1) on linear, and its 5-shot
+    # 30.5 ± 0.5 is within the floor's 29.5 ± 0.5.
+    assert _row(block, "SimSiam")[4] == "18.0 ≈ floor"
+    moco = _row(block, "MoCo v2")
+    assert moco[4] == "21.0 ± 1.0" and moco[6] == "30.5 ± 0.5 ≈ floor"
+    assert _row(block, "SimSiam + AugSelf")[4] == "21.5 (Δ +3.5)"  # beyond the floor's spread
+
+
 def test_report_cells_n_delta_paper_and_not_yet_run():
     arms = looc_arms.looc_table_arms()
     block = looc_report.render(synthetic_entries(), arms, "img/omega.png")
@@ -163,7 +186,7 @@ def test_report_cells_n_delta_paper_and_not_yet_run():
     assert _row(block, "MoCo v2", 2)[2] == "0.2500 ± 0.0500"
     assert "![omega_probe: rows × augmentations](img/omega.png)" in block
     pending = block.split("Not yet run (")[1]
-    assert pending.startswith("11 arms)") and "`tiny-looc-color-s0`" in pending and "`tiny-moco-base-s0`" not in pending
+    assert pending.startswith("14 arms)") and "`tiny-looc-color-s0`" in pending and "`tiny-moco-base-s0`" not in pending
     # Two seeds against one: no noise judgement; two against two within the spread: noise.
     two = synthetic_entries() + [entry(arm("tiny-moco-augself-s1"), {LIN: 20.0})]
     assert _row(looc_report.render(two, arms, None), "MoCo v2 + AugSelf")[4] == "22.0 ± 2.0 (Δ +1.0, noise)"
@@ -210,7 +233,7 @@ def test_time_steps_times_every_setting_back_to_back_and_the_table_reads_it(tmp_
 def test_empty_ledger_report_is_whole():
     block = looc_report.render([], looc_arms.looc_table_arms(), None)
     assert block.count("not yet run") >= 3 * len(looc_report.ROWS) and "0 entries" in block
-    assert "Not yet run (17 arms)" in block and "![" not in block
+    assert "Not yet run (20 arms)" in block and "![" not in block
 
 
 def test_report_only_is_deterministic_and_keeps_to_its_block(tmp_path):

@@ -41,7 +41,7 @@ GIT = {"commit": "0123456789abcdef0123456789abcdef01234567", "dirty": False}
 def arm_of(method: str, augself: str, seed: int, condition: str = "none") -> arm_settings.Arm:
     """A tiny-imagenet arm of the default budget (seed 0's settings with this seed)."""
     first = next(a for a in main_arms.default_arms() if (a.data, a.method, a.augself, a.condition, a.seed)
-                 == ("tiny", method, augself, condition, 0))
+                 == ("tiny", method, augself, condition, 0) and not a.budget.never_trained)
     return dataclasses.replace(first, seed=seed)
 
 
@@ -88,17 +88,20 @@ def seeded_simsiam_entries() -> list[dict]:
 def test_arm_ids_are_stable_names_of_their_settings():
     arms = main_arms.default_arms()
     assert len({a.id for a in arms}) == len(arms) and len({a.name for a in arms}) == len(arms)
-    a = arms[2]
-    assert a.id == main_arms.default_arms()[2].id  # the same settings, the same id, every time
+    a = arms[8]
+    assert a.id == main_arms.default_arms()[8].id  # the same settings, the same id, every time
     assert a.id == f"{a.name}-{arm_settings.settings_hash(a.settings())}"
-    longer = main_arms.default_arms(epochs=200)[2]
+    longer = main_arms.default_arms(epochs=200)[8]
     assert longer.name == a.name and longer.id != a.id  # another budget is another arm
     names = [x.name for x in arms]
     for seed in (0, 1, 2):
         assert f"tiny-simsiam-base-s{seed}" in names and f"tiny-simsiam-augself-s{seed}" in names
     assert {"tiny-moco-base-s0", "tiny-moco-augself-s0", "shapes-moco-base-s0", "shapes-moco-augself-s0",
             "tiny-simsiam-cond-s0", "tiny-moco-cond-s0"} <= set(names)
-    tiny = next(x for x in arms if x.data == "tiny")
+    floors = [x for x in arms if x.budget.never_trained]
+    assert [x.name for x in floors] == [f"{d}-never_trained-s{s}" for d in ("tiny", "shapes") for s in (0, 1, 2)]
+    assert all(x.evals == (main_arms.TINY_EVALS if x.data == "tiny" else main_arms.SHAPES_EVALS) for x in floors)
+    tiny = next(x for x in arms if x.data == "tiny" and not x.budget.never_trained)
     assert dataclasses.asdict(tiny.budget) == {"epochs": 120, "width": 0.25, "image_size": 64, "batch_size": 128,
                                                "backbone": "resnet18", "max_steps": None}
     assert [c.dataset for c in tiny.evals] == ["flowers17", "cifar10-mini", "tiny-imagenet-mini", "tiny-imagenet-mini"]
@@ -117,7 +120,7 @@ def test_train_args_name_the_data_folder_and_condition_only_when_on():
 
 def test_select_arms_by_glob_on_name_or_id():
     arms = main_arms.default_arms()
-    picked = arm_settings.select_arms(arms, "tiny-simsiam-*-s1, shapes-*")
+    picked = arm_settings.select_arms(arms, "tiny-simsiam-*-s1, shapes-moco-*")
     assert [a.name for a in picked] == ["shapes-moco-base-s0", "shapes-moco-augself-s0", "tiny-simsiam-base-s1",
                                         "tiny-simsiam-augself-s1"]
     assert arm_settings.select_arms(arms, arms[3].id) == [arms[3]]
@@ -179,6 +182,21 @@ def test_report_tables_seeds_paper_and_wall_time(tmp_path):
     assert main_report.plot_curves(moco, str(tmp_path / "none.png")) is None  # no monitor points: no picture
 
 
+def test_the_floor_is_a_column_of_its_sections_tables():
+    entries = seeded_simsiam_entries()
+    floor_arms = [a for a in main_arms.default_arms() if a.budget.never_trained and a.data == "tiny"]
+    floors = [entry(a, {CP: v}) for a, v in zip(floor_arms, (60.0, 61.0, 62.0), strict=True)]
+    block = main_report.render_block(entries + floors, [], None)
+    lines = block.splitlines()
+    assert sum(x.startswith("### tiny-imagenet-mini") for x in lines) == 1  # the floor joins its section
+    head = lines[lines.index("**SimSiam**") + 2]
+    assert "| never trained (seeds 0, 1, 2) | base (seeds 0, 1, 2) |" in head
+    row = next(x for x in lines if x.startswith("| tiny-imagenet-mini colorperm"))
+    # floor 61.0 ± 1.0; base 61.0 ± 1.0 within it; AugSelf 73.0 ± 1.0 beyond it
+    assert row.startswith("| tiny-imagenet-mini colorperm | accuracy % | 61.0 ± 1.0 | 61.0 ± 1.0 ≈ floor | "
+                          "73.0 ± 1.0 | +12.0 |")
+
+
 def test_report_from_a_ledger_dir_and_block_replacement(tmp_path):
     entries = seeded_simsiam_entries()
     led = tmp_path / "ledger"
@@ -198,7 +216,7 @@ def test_report_from_a_ledger_dir_and_block_replacement(tmp_path):
 
 
 def test_empty_ledger_block_says_how_to_fill_it(tmp_path):
-    block = main_report.render_block([], main_arms.default_arms()[:2], None)
+    block = main_report.render_block([], [a for a in main_arms.default_arms() if not a.budget.never_trained][:2], None)
     assert "is empty" in block and "augself-reproduce --report_only" in block
     assert "--time_budget=MINUTES" in block and "`shapes-moco-base-s0`" in block
 
