@@ -116,6 +116,30 @@ def test_the_loss_is_the_references_forward_pass_in_numpy():
     assert abs(float(model.compute_losses(other, training=True).logs["equimod/loss"]) - want) > 1e-3
 
 
+def test_the_negatives_control_is_the_nt_xent_of_the_two_views_heads_alone():
+    """--equimod_control=negatives: no x0 view, no ω heads; its loss is NT-Xent(g(h1), g(h2)) in NumPy."""
+    options = {**SMALL_EQ, "equimod_control": "negatives"}
+    assert view_plan("simsiam", options) == TWO_VIEWS
+    model = make_model("simsiam", **options)
+    eq = model.objectives["equimod"]
+    assert set(eq.heads) == {"projector"}
+    b = batch(1, n=8)
+    logs = model.compute_losses(b, training=True).logs
+    f = [model.backbone(b[f"view{k}"], training=True).numpy().astype("float64") for k in (1, 2)]
+    y = np_stack(eq.heads["projector"], np.concatenate(f), relu_after=2)
+    np.testing.assert_allclose(float(logs["equimod/loss"]), np_nt_xent(y[:8], y[8:], 0.2), rtol=1e-4)
+
+
+def test_the_shuffled_omega_control_feeds_each_view_the_next_images_omega():
+    """--equimod_control=shuffled_omega: the reference's forward pass with ω rolled by one over the batch."""
+    model = make_model("simclr", **SMALL_EQ, equimod_control="shuffled_omega")
+    b = eq_batch(2)
+    got = float(model.compute_losses(b, training=True).logs["equimod/loss"])
+    rolled = dict(b, **{k: {name: np.roll(v, 1, axis=0) for name, v in b[k].items()} for k in ("omega1", "omega2")})
+    np.testing.assert_allclose(got, np_equimod_loss(model, rolled), rtol=1e-4)
+    assert abs(got - np_equimod_loss(model, b)) > 1e-4  # the true ω gives another loss: the roll is what it reads
+
+
 def test_the_heads_have_the_references_shapes_and_affine_flags():
     model = make_model("byol", augself=(), equimod_weight=1.0)  # the paper's sizes on the 6-d tiny backbone
     heads = model.objectives["equimod"].heads

@@ -13,6 +13,12 @@ are positives, in both directions; every other y and ŷ of either view is a nega
 src/main.py), g runs on [h0; h1; h2] at once and p, u on both views at once, so their batch statistics are over
 those joint batches.
 
+Two controls (``--equimod_control``) separate what EquiMod's ω brings from what its loss brings anyway: ``negatives``
+drops x0 and ω and keeps the NT-Xent between the two views' heads, NT-Xent_τ(y1, y2) (the negatives alone, what the
+term adds to a method without negatives such as SimSiam); ``shuffled_omega`` keeps x0 and the whole module but feeds
+each view the ω of the next image of the batch (a roll by one: every image gets another's, deterministically on every
+replica and on resume), so the predictor can no longer use the true ω.
+
 ω (``equimod_parameters``): the reference feeds 17 numbers per view, standardised by the dataset's empirical mean
 and std. Ours are read from the view's ω (``augself_tf.augment``): crop centre and size as fractions of the original
 image, flip, jitter applied, the four jitter factors encoded in [0, 1], grayscale, blur applied and σ / σ_max,
@@ -37,6 +43,8 @@ from augself_tf.objectives.base import Objective
 
 #: the size of `equimod_parameters`' vector.
 PARAMETERS_DIM = 19
+#: --equimod_control's choices (the module docstring says what each keeps).
+CONTROLS = ("none", "negatives", "shuffled_omega")
 
 
 def equimod_parameters(omega: dict[str, tf.Tensor], config: AugmentConfig) -> tf.Tensor:
@@ -98,6 +106,10 @@ class EquiMod(Objective):
                                            "layers)")
         equimod_dim: int = option(128, "EquiMod: size of y, of the predictor's output and of the ω embedding")
         equimod_temperature: float = option(0.2, "EquiMod: softmax temperature of its NT-Xent")
+        equimod_control: str = option("none", "EquiMod: a control in the method's place: 'negatives' (no x0, no ω: "
+                                              "the NT-Xent between the two views' heads alone) or 'shuffled_omega' "
+                                              "(each view gets another image's ω); 'none' is EquiMod",
+                                      choices=CONTROLS)
 
     def __init__(self, options=None, **kwargs) -> None:
         super().__init__(options, **kwargs)
@@ -108,23 +120,25 @@ class EquiMod(Objective):
         if not o.equimod_temperature > 0:
             raise ValueError(f"--equimod_temperature must be > 0, got {o.equimod_temperature}")
         self.temperature = float(o.equimod_temperature)
+        self.control = o.equimod_control
         self.heads: dict[str, keras.Sequential] = {}
 
     @classmethod
     def extend_views(cls, plan: ViewPlan, options: dict) -> ViewPlan:
-        """The run's views and x0, the evaluation view, after them."""
-        del options
+        """The run's views and x0, the evaluation view, after them (the ``negatives`` control has no x0)."""
+        if options.get("equimod_control") == "negatives":
+            return plan
         return plan.with_view(ViewSpec(eval_view=True))
 
     def build_objective(self, model) -> None:
         o, sync = self.options, model.synchronized_bn
-        self.heads = {
-            "projector": _stack([o.equimod_hidden, o.equimod_hidden, o.equimod_dim], sync, "equimod_projector",
-                                last_affine=False),
-            "omega": _stack([o.equimod_dim], sync, "equimod_omega", last_affine=True),
-            "predictor": _stack([o.equimod_dim], sync, "equimod_predictor", last_affine=False),
-        }
+        self.heads = {"projector": _stack([o.equimod_hidden, o.equimod_hidden, o.equimod_dim], sync,
+                                          "equimod_projector", last_affine=False)}
         self.heads["projector"](tf.zeros([2, model.feature_dim]), training=False)
+        if self.control == "negatives":  # no ω: no embedding, no predictor (nothing the optimizer would not train)
+            return
+        self.heads["omega"] = _stack([o.equimod_dim], sync, "equimod_omega", last_affine=True)
+        self.heads["predictor"] = _stack([o.equimod_dim], sync, "equimod_predictor", last_affine=False)
         self.heads["omega"](tf.zeros([2, PARAMETERS_DIM]), training=False)
         self.heads["predictor"](tf.zeros([2, 2 * o.equimod_dim]), training=False)
 
@@ -135,13 +149,21 @@ class EquiMod(Objective):
         h = tf.cast(tf.concat([f0, f1, f2], 0), tf.float32)
         y = self.heads["projector"](h, training=training)
         y0, yt = y[:b], y[b:]
-        params = tf.concat([equimod_parameters(omega1, config), equimod_parameters(omega2, config)], 0)
-        t = self.heads["omega"](params, training=training)
+        params = [equimod_parameters(omega, config) for omega in (omega1, omega2)]
+        if self.control == "shuffled_omega":
+            params = [tf.roll(p, shift=1, axis=0) for p in params]
+        t = self.heads["omega"](tf.concat(params, 0), training=training)
         predicted = self.heads["predictor"](tf.concat([tf.concat([y0, y0], 0), t], -1), training=training)
         return y0, yt, predicted
 
     def objective_loss(self, model, batch, forward, training):
-        """NT-Xent_τ([y1; y2], [ŷ1; ŷ2]); logs the equivariance gain: mean cos(y_k, ŷ_k) − cos(y_k, y0)."""
+        """NT-Xent_τ([y1; y2], [ŷ1; ŷ2]); logs the equivariance gain: mean cos(y_k, ŷ_k) − cos(y_k, y0). The
+        ``negatives`` control: NT-Xent_τ(y1, y2)."""
+        if self.control == "negatives":
+            y = self.heads["projector"](tf.cast(tf.concat([forward.f1, forward.f2], 0), tf.float32),
+                                        training=training)
+            y1, y2 = tf.split(y, 2)
+            return nt_xent(y1, y2, self.temperature), {}
         f0 = model.backbone(batch[f"view{self.view_index(model) + 1}"], training=training)
         y0, yt, predicted = self.predictions(f0, forward.f1, forward.f2, batch["omega1"], batch["omega2"],
                                              model.augment_config, training)
