@@ -1,0 +1,68 @@
+"""The ledger recipe's sweep (reproduce/recipe_arms.py, reproduce/recipe_report.py): its arms train at the screen with
+the recipe's flags and no evaluation, are judged on the val split, and its report summarises the held-out curve."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from reproduce import doc_blocks, ledger, recipe_arms, recipe_report
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_arms_carry_their_recipe_flags_no_evaluation_and_the_held_out_monitor():
+    arms = recipe_arms.sweep_arms()
+    assert len({a.id for a in arms}) == len(arms) == len({a.name for a in arms})
+    assert arms[0].name == "tiny-simsiam-paper-s0"
+    for a in arms:
+        assert a.evals == () and a.suite == "recipe" and a.budget == recipe_arms.SCREEN_BUDGET
+        args = a.train_args("/d", "/r")
+        r = recipe_arms.recipe_of(a.settings())
+        assert r is not None and a.name == f"tiny-simsiam-{r.label}-s0"
+        assert f"--lr={r.lr:g}" in args and f"--warmup_epochs={r.warmup_epochs:g}" in args
+        assert f"--weight_decay_exclude={r.weight_decay_exclude}" in args
+        assert "--monitor_splits=train,val" in args and "--epochs=40" in args  # judged on val, never on test
+    solo_small = next(a for a in arms if a.name == "tiny-simsiam-solo-small-s0").train_args("/d", "/r")
+    assert "--projector_dim=512" in solo_small and "--predictor_hidden=128" in solo_small
+    assert recipe_arms.recipe_of({"method": "simsiam", "train_flags": {"lr": "9"}}) is None
+
+
+def test_curve_summary_ranks_by_the_last_quarter_and_sees_a_fall():
+    rising = [0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.10]
+    s = recipe_report.curve_summary(rising)
+    assert s["start"] == 0.03 and s["peak"] == 0.10
+    assert s["last_quarter"] == pytest.approx(0.095)
+    assert s["second_half"] == pytest.approx(0.09 - 0.07)  # last three (0.08-0.10) against points 3-5 (0.06-0.08)
+    falling = recipe_report.curve_summary([0.03, 0.06, 0.07, 0.06, 0.05, 0.04, 0.035, 0.03])
+    assert falling["second_half"] < -recipe_report.FALL
+    assert recipe_report.curve_summary([0.1, None, 0.2]) is None  # too short to judge
+
+
+def _entry(arm, knn, z_std):
+    steps = list(range(0, 54 * len(knn), 54))
+    return {"arm": arm.id, "name": arm.name, "settings": arm.settings(), "records": [],
+            "training": {"seconds_per_step": 0.5},
+            "monitors": {"step": steps, "epoch": [s / 27 for s in steps], "values": {"knn": knn}},
+            "diagnostics": {"step": steps, "epoch": [s / 27 for s in steps], "values": {"z_std": z_std}}}
+
+
+def test_report_rows_show_the_curve_the_fall_and_the_collapse_diagnostic(tmp_path):
+    arms = recipe_arms.sweep_arms()
+    led = tmp_path / "ledger"
+    e = _entry(arms[1], [0.03, 0.06, 0.07, 0.06, 0.05, 0.04, 0.035, 0.03], [0.02, 0.01, 0.001, 0.0004] * 2)
+    ledger.write_json(str(led / f"{e['arm']}.json"), e)
+    block = recipe_report.report_block(str(led), arms)
+    solo = next(line for line in block.splitlines() if line.startswith("| simsiam solo |"))
+    assert "| 3.0 → 7.0 → **3.2** | -1.5 (falls) | 0.0004 | 0.5 |" in solo
+    paper = next(line for line in block.splitlines() if line.startswith("| simsiam paper |"))
+    assert "not yet run" in paper
+
+
+def test_committed_recipe_block_is_the_ledgers_report():
+    led = os.path.join(REPO, "reproduce", "ledger")
+    block = recipe_report.report_block(led, recipe_arms.sweep_arms())
+    with open(os.path.join(REPO, "docs", "results.md")) as f:
+        committed = doc_blocks.current_block(f.read(), recipe_report.BEGIN, recipe_report.END)
+    assert committed == block, "regenerate it: augself-reproduce --suite=recipe --report_only"
