@@ -150,3 +150,23 @@ def read_monitor_events(tensorboard_dir: str, steps_per_epoch: int, prefix: str 
         "values": {name: [None if s not in points else round(points[s], 6) for s in steps]
                    for name, points in sorted(series.items())},
     }
+
+
+def read_time_split(tensorboard_dir: str, batch_size: int) -> dict:
+    """Where a run's training time went, from its TensorBoard scalars: ``step_seconds``, the time of the training
+    steps (each logged window's steps × batch / its ``pairs_per_sec``, which leaves the monitors out), and
+    ``monitor_seconds`` (the sum of ``monitor/seconds``). The rest of the training time is start-up, tracing of the
+    first window aside, checkpoints outside the windows and the export."""
+    from augself_tf.startup import import_tensorflow_quietly
+
+    import_tensorflow_quietly()
+    from augself_tf.runtime.tensorboard import last_per_step, read_scalars
+
+    events = read_scalars(tensorboard_dir, lambda tag: tag in ("pairs_per_sec", "monitor/seconds"))
+    rates = last_per_step(events.get("pairs_per_sec", []))
+    steps, previous = 0.0, 0
+    for step, rate in rates:
+        steps += (step - previous) * batch_size / max(rate, 1e-9)
+        previous = step
+    monitors = sum(v for _, v in last_per_step(events.get("monitor/seconds", [])))
+    return {"step_seconds": round(steps, 1), "monitor_seconds": round(monitors, 1)}

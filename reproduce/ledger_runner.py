@@ -145,6 +145,7 @@ def make_entry(arm: Arm, ctx: Context, state: dict) -> dict:
             "steps_trained": steps,
             "steps_per_epoch": spe,
             "seconds_per_step": None if rate is None else round(rate, 4),
+            **(ledger.read_time_split(tb, arm.budget.batch_size) if os.path.isdir(tb) else {}),
             "command": ledger.portable(state["train_command"], repl),
             "sessions": sessions,
         },

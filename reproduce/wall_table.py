@@ -1,4 +1,5 @@
-"""The wall-time table of a report: every arm's training and evaluation time, seconds per step, machines and commits.
+"""The wall-time table of a report: every arm's training and evaluation time, how much of the training was steps and
+monitors (entries that record it), seconds per step, machines and commits.
 
 Both suites' reports end with it (reproduce/main_report.py, reproduce/looc_report.py); machines are lettered in
 the order they first appear, with a legend below the table.
@@ -26,7 +27,8 @@ def commit_label(git: dict) -> str:
 def wall_table(entries: Sequence[dict]) -> tuple[str, list[str]]:
     """The wall time of every arm with its machines and commits; returns (table, machine legend lines)."""
     machines: list[str] = []
-    lines = ["| arm | training (min) | s/step | evaluation (min) | machine | commit |", "|---|---|---|---|---|---|"]
+    lines = ["| arm | training (min) | of which steps / monitors | s/step | evaluation (min) | machine | commit |",
+             "|---|---|---|---|---|---|---|"]
     for e in sorted(entries, key=sort_key):
         t = e["training"]
         labels = []
@@ -41,7 +43,8 @@ def wall_table(entries: Sequence[dict]) -> tuple[str, list[str]]:
             if commit_label(g) not in commits:
                 commits.append(commit_label(g))
         sps = t.get("seconds_per_step")
-        lines.append(f"| {e['arm']} | {t['seconds'] / 60:.1f} | {'—' if sps is None else f'{sps:.3g}'} | "
+        split = (f"{t['step_seconds'] / 60:.1f} / {t['monitor_seconds'] / 60:.1f}" if "step_seconds" in t else "—")
+        lines.append(f"| {e['arm']} | {t['seconds'] / 60:.1f} | {split} | {'—' if sps is None else f'{sps:.3g}'} | "
                      f"{e['evaluation']['seconds'] / 60:.1f} | {', '.join(labels)} | {', '.join(commits)} |")
     legend = [f"- {chr(ord('A') + i)}: {m}" for i, m in enumerate(machines)]
     return "\n".join(lines), legend

@@ -173,7 +173,7 @@ def test_report_tables_seeds_paper_and_wall_time(tmp_path):
     assert row == "| tiny-imagenet-mini colorperm | accuracy % | 55.0 | 58.0 | +3.0 |  |"
     assert "![online monitors" in block and "(img/curves.png)" in block
     wall = [x for x in lines if x.startswith("| tiny-")]
-    assert any(x.startswith(f"| {entries[0]['arm']} | 20.0 | 0.37 | 5.0 | A | 0123456789 |") for x in wall)
+    assert any(x.startswith(f"| {entries[0]['arm']} | 20.0 | — | 0.37 | 5.0 | A | 0123456789 |") for x in wall)
     assert any(x.endswith("| B | fedcba9876-dirty |") for x in wall)
     assert "- A: 2 cores (Test CPU @ 1GHz), Python 3.11.7, TensorFlow 2.21.0" in lines
     assert "- B: 2 cores (Other CPU), Python 3.11.7, TensorFlow 2.21.0" in lines
@@ -258,6 +258,21 @@ def test_read_monitor_events_columns_per_epoch_resume_rewrites(tmp_path):
     assert set(m["values"]) == {"knn", "colorperm"}  # monitor/seconds and the losses are not curves
     np.testing.assert_allclose(m["values"]["knn"], [0.1, 0.2, 0.26, 0.3], rtol=1e-6)
     np.testing.assert_allclose(m["values"]["colorperm"], [0.3, 0.35, 0.41, 0.5], rtol=1e-6)
+
+
+def test_time_split_adds_each_windows_steps_over_its_rate_and_the_monitor_seconds(tmp_path):
+    tb = str(tmp_path / "tensorboard")
+    with tf.summary.create_file_writer(tb).as_default():
+        for step, rate in ((10, 50.0), (20, 100.0), (25, 128.0)):  # pairs per second over the window ending there
+            tf.summary.scalar("pairs_per_sec", rate, step=step)
+        for step in (0, 27):
+            tf.summary.scalar("monitor/seconds", 2.5, step=step)
+        tf.summary.scalar("collapse/z_std", 0.02, step=10)
+    split = ledger.read_time_split(tb, batch_size=128)
+    # 10·128/50 + 10·128/100 + 5·128/128 = 25.6 + 12.8 + 5.0
+    assert split == {"step_seconds": 43.4, "monitor_seconds": 5.0}
+    diagnostics = ledger.read_monitor_events(tb, 27, "collapse/")
+    assert diagnostics["step"] == [10] and diagnostics["values"] == {"z_std": [0.02]}
 
 
 # ----------------------------------------------------------------------------------------------------
