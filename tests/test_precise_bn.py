@@ -77,3 +77,26 @@ def test_the_copy_is_independent_and_no_batches_change_nothing():
 
 if __name__ == "__main__":
     pytest.main([__file__])
+
+
+@pytest.mark.slow
+def test_a_never_trained_run_exports_its_initialisation_with_and_without_recomputed_statistics(tmp_path):
+    """--max_steps=0 --precise_bn_images: no step; saved_model/ holds the initialiser's BN statistics (0 and 1),
+    saved_model_precise_bn/ the same weights with statistics of the pretraining images (what a floor evaluates)."""
+    from helpers import tiny_run
+
+    from augself_tf.training.loop import train
+
+    result = train(tiny_run(str(tmp_path / "run"), max_steps=0, precise_bn_images=40))
+    assert result.steps == 0
+    plain = tf.saved_model.load(str(tmp_path / "run" / "saved_model"))
+    precise = tf.saved_model.load(str(tmp_path / "run" / "saved_model_precise_bn"))
+    for a, b in zip(plain.trainable_weights, precise.trainable_weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    means = [(a.numpy(), b.numpy()) for a, b in zip(plain.non_trainable_weights, precise.non_trainable_weights,
+                                                     strict=True) if "moving_mean" in a.name]
+    assert means and all(np.all(a == 0.0) for a, _ in means)
+    assert all(np.all(np.isfinite(b)) for _, b in means) and sum(np.abs(b).sum() > 0 for _, b in means) == len(means)
+    images = tf.random.stateless_uniform([4, 16, 16, 3], seed=[0, 1])
+    assert not np.allclose(plain.signatures["serving_default"](images=images)["features"].numpy(),
+                           precise.signatures["serving_default"](images=images)["features"].numpy())
