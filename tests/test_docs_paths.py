@@ -40,7 +40,9 @@ EXTERNAL = {
     "mprzewie/AugSelf (CASSLE)": {"pretrain_cond.py", "cond_utils.py", "trainers_cond.py"},
     "ADevillers/EquiMod": {"src/model.py", "src/loss.py", "src/transforms.py", "src/dataset.py", "src/main.py",
                            "main.py"},
-    "rdangovs/essl (E-SSL)": {"imagenet/simclr/main.py", "imagenet/simsiam/main.py", "cifar10/main.py"},
+    "rdangovs/essl (E-SSL)": {"imagenet/simclr/main.py", "imagenet/simsiam/main.py", "cifar10/main.py",
+                              "imagenet/simsiam/README.md"},
+    "vturrisi/solo-learn": {"scripts/pretrain/cifar/simsiam.yaml"},
     "kornia": {"random_generator.py"},
     "NVIDIA/DeepLearningExamples": {"TensorFlow/Classification/ConvNets/resnet50v1.5/README.md"},
 }
