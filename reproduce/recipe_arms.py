@@ -60,21 +60,33 @@ SIMSIAM_RECIPES = (
     Recipe("paper-warmup", 0.03, 5e-4, 5, source="the paper's with warm-up"),
     Recipe("solo-1d", 0.5, 1e-5, 5, "1d", source="solo-learn's, no decay on biases and BN"),
 )
-RECIPES = {"simsiam": SIMSIAM_RECIPES}
+# The bases that already learn at the paper's recipe (MoCo v2, SimCLR: above the floor in every column) get the
+# paper's recipe and solo-learn's CIFAR one (mocov2plus: lr 0.3·B/256, wd 1e-4; simclr: lr 0.4·B/256, wd 1e-5; both
+# with warm-up), so that each base's ledger recipe is the better of its two on the same judge.
+BASE_RECIPES = {
+    "moco": (Recipe("paper", 0.03, 5e-4, source="the paper's STL10 recipe"),
+             Recipe("solo", 0.3, 1e-4, 5, source="solo-learn's CIFAR MoCo v2+: lr 0.3·B/256, wd 1e-4, warm-up")),
+    "simclr": (Recipe("paper", 0.03, 5e-4, source="the paper's STL10 recipe"),
+               Recipe("solo", 0.4, 1e-5, 5, source="solo-learn's CIFAR SimCLR: lr 0.4·B/256, wd 1e-5, warm-up")),
+}
+RECIPES = {"simsiam": SIMSIAM_RECIPES, **BASE_RECIPES}
+# What a method's arm needs besides the recipe: MoCo's queue at the ledger's length (reproduce/arm_settings.py).
+METHOD_FLAGS = {"moco": (("queue_size", str(arm_settings.MOCO_QUEUE)),)}
 
 
 def recipe_arm(method: str, recipe: Recipe, seed: int = 0) -> Arm:
     """The sweep's arm of ``recipe`` for ``method``: no evaluation calls, the held-out kNN monitor."""
-    return Arm("tiny", method, "none", "none", seed, SCREEN_BUDGET, (), recipe.flags() + SWEEP_MONITOR_FLAGS, SUITE,
-               tag=recipe.label)
+    flags = recipe.flags() + METHOD_FLAGS.get(method, ()) + SWEEP_MONITOR_FLAGS
+    return Arm("tiny", method, "none", "none", seed, SCREEN_BUDGET, (), flags, SUITE, tag=recipe.label)
 
 
 def recipe_of(settings: dict) -> Recipe | None:
     """The recipe of an entry's settings (by its method and train flags), or None."""
-    flags = tuple((k, v) for k, v in settings["train_flags"].items() if (k, v) not in SWEEP_MONITOR_FLAGS)
+    extra = set(SWEEP_MONITOR_FLAGS) | set(METHOD_FLAGS.get(settings["method"], ()))
+    flags = tuple((k, v) for k, v in settings["train_flags"].items() if (k, v) not in extra)
     return next((r for r in RECIPES.get(settings["method"], ()) if r.flags() == flags), None)
 
 
 def sweep_arms() -> list[Arm]:
-    """Every method's recipes, in :data:`RECIPES` order."""
+    """Every method's recipes, in :data:`RECIPES` order (SimSiam's first: the base that does not learn yet)."""
     return [recipe_arm(method, r) for method, recipes in RECIPES.items() for r in recipes]

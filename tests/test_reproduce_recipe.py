@@ -15,12 +15,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_arms_carry_their_recipe_flags_no_evaluation_and_the_held_out_monitor():
     arms = recipe_arms.sweep_arms()
     assert len({a.id for a in arms}) == len(arms) == len({a.name for a in arms})
-    assert arms[0].name == "tiny-simsiam-paper-s0"
+    assert arms[0].name == "tiny-simsiam-paper-s0" and {a.method for a in arms} == {"simsiam", "moco", "simclr"}
     for a in arms:
         assert a.evals == () and a.suite == "recipe" and a.budget == recipe_arms.SCREEN_BUDGET
         args = a.train_args("/d", "/r")
         r = recipe_arms.recipe_of(a.settings())
-        assert r is not None and a.name == f"tiny-simsiam-{r.label}-s0"
+        assert r is not None and a.name == f"tiny-{a.method}-{r.label}-s0"
+        assert ("--queue_size=2048" in args) is (a.method == "moco")
         assert f"--lr={r.lr:g}" in args and f"--warmup_epochs={r.warmup_epochs:g}" in args
         assert f"--weight_decay_exclude={r.weight_decay_exclude}" in args
         assert "--monitor_splits=train,val" in args and "--epochs=40" in args  # judged on val, never on test
