@@ -94,5 +94,9 @@ def parse_flags_or_exit_2(argv: list[str]) -> list[str]:
         return flags.FLAGS(argv)
     except flags.Error as err:
         message = " ".join(str(err).split())
-        sys.stderr.write(f"error: {message} (--helpshort lists the flags)\n")
+        if isinstance(err, flags.CantOpenFlagFileError):  # absl opens an include from the working directory
+            sys.stderr.write(f"error: {message} (a --flagfile= inside a flagfile is opened from the directory the "
+                             "command runs in; the repository's flags/ include each other from its root)\n")
+        else:
+            sys.stderr.write(f"error: {message} (--helpshort lists the flags)\n")
         sys.exit(2)

@@ -3,7 +3,7 @@
 The suite runs one corner of the matrix that ``python -m bench.bench_determinism --matrix`` runs in full (SimSiam
 and MoCo × host and device photometric modes × global batch 128 and 256; figures in docs/distributed.md): MoCo
 with the device photometric stage at batch 256. SimSiam in host mode at batch 128 (the command of
-the two-replica bisection in docs/distributed.md) and LooC's four
+"Why Grappler is off" in docs/distributed.md) and LooC's four
 views (device mode, 2 replicas) are kill -9 configurations of tests/test_resume.py, which compares two separate
 --deterministic processes as well: a rerun of LooC is checked bit for bit there.
 """

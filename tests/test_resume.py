@@ -73,7 +73,7 @@ def test_pair_stream_ignores_tensorflows_global_seed():
 # resumed steps overwrite keys the killed run wrote, from the restored queue pointer. No online monitors: they
 # leave the trained bits unchanged (tests/test_monitors.py, 2 replicas, --deterministic) and their bank and
 # passes cost more than the steps; monitors across a resume: tests/test_multiworker.py. SimSiam host: the
-# command of the two-replica bisection in docs/distributed.md (photometric steps in tf.data, batch 128 at 32 px,
+# command of "Why Grappler is off" in docs/distributed.md (photometric steps in tf.data, batch 128 at 32 px,
 # width 1/8), on which two uninterrupted 2-replica runs used to differ, so exact resume could not be checked.
 MOCO = ("--method=moco", "--augself=crop,color", "--dataset=shapes", "--split=test", "--width=0.0625",
         "--image_size=16", "--batch_size=16", "--max_steps=5", "--checkpoint_every=1", "--log_every=1",

@@ -3,13 +3,16 @@ taken over from a dead process or a silent heartbeat, released on exit; the tf.i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import uuid
 
 import pytest
 
@@ -84,24 +87,150 @@ def test_another_hosts_lock_is_held_while_its_heartbeat_is_fresh_and_taken_over_
         assert len(lines) == 1 and "gpu-node-7" in lines[0] and "heartbeat stopped 121 s ago" in lines[0]
 
 
-def test_the_heartbeat_refreshes_and_a_taken_over_lock_is_noticed(tmp_path):
-    lock = RunLock(str(tmp_path), heartbeat_seconds=0.05)
+class _Clock:
+    """A clock that moves on by one second per reading: each heartbeat writes a time of its own."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def _held(model_dir: str) -> dict:
+    return json.loads(run_lock._Files(model_dir.rstrip("/") + "/" + LOCK_NAME).read())
+
+
+def _quiet_lock(model_dir: str, **kwargs) -> RunLock:
+    """A held lock whose daemon thread never beats during a test (an hour's interval): the test calls beat()."""
+    lock = RunLock(model_dir, heartbeat_seconds=3600, clock=_Clock(), **kwargs)
     lock.acquire()
-    first = _record(str(tmp_path))["heartbeat"]
-    time.sleep(0.3)
-    assert _record(str(tmp_path))["heartbeat"] > first
+    return lock
+
+
+def test_the_heartbeat_refreshes_and_a_taken_over_lock_is_noticed(tmp_path):
+    lock = _quiet_lock(str(tmp_path))
+    first = _held(str(tmp_path))["heartbeat"]
+    assert lock.beat() is True
+    assert _held(str(tmp_path))["heartbeat"] == first + 1.0
     lock.check()
     _record(str(tmp_path), host="gpu-node-7", token="theirs")  # another run took it over
-    time.sleep(0.3)
+    assert lock.beat() is False
+    assert _held(str(tmp_path))["token"] == "theirs"  # the beat wrote nothing over it
     with pytest.raises(RunLockLostError, match="another run took over .*gpu-node-7"):
         lock.check()
     lock.release()
     assert os.path.exists(tmp_path / LOCK_NAME)  # not ours any more: left to its holder
+    assert os.listdir(tmp_path) == [LOCK_NAME]  # and no guard or private file left behind
+
+
+@pytest.mark.parametrize("where", ["local", "gfile"])
+def test_a_takeover_landing_between_the_heartbeats_read_and_its_write_is_not_written_over(tmp_path, where,
+                                                                                          monkeypatch):
+    """The takeover lands after the beat has read its own token, as a taker that does not take the guard would
+    (a tf.io.gfile path has none): the look just before the replace sees it, and the file keeps the taker's."""
+    monkeypatch.setattr(run_lock, "SETTLE_SECONDS", 0.01)
+    model_dir = str(tmp_path) if where == "local" else f"ram://run_lock_race_{uuid.uuid4().hex}"
+    lock = _quiet_lock(model_dir)
+    theirs = dataclasses.replace(lock.holder, host="gpu-node-7", token="theirs").text()
+    files, reads = lock.files, []
+    real_read = files.read
+
+    def read_then_taken_over(path=None):
+        text = real_read(path)
+        reads.append(text)
+        if len(reads) == 1:  # the beat's first read: its own token; the takeover lands now
+            taker = run_lock._Files(lock.path)
+            if taker.remote:  # TensorFlow's ram:// appends to an existing file where GCS replaces the object
+                taker.remove()
+            taker.write(theirs)
+        return text
+
+    monkeypatch.setattr(files, "read", read_then_taken_over)
+    assert lock.beat() is False
+    assert len(reads) == 2 and json.loads(reads[0])["token"] == lock.holder.token
+    assert real_read() == theirs
+    with pytest.raises(RunLockLostError, match="gpu-node-7"):
+        lock.check()
+    monkeypatch.setattr(files, "read", real_read)
+    lock.release()
+    assert real_read() == theirs  # released without removing the taker's lock
+
+
+def test_a_takeover_cannot_start_while_a_heartbeat_holds_the_guard_and_sees_its_outcome(tmp_path, monkeypatch):
+    lock = _quiet_lock(str(tmp_path))
+    # The holder looks like another node's with a silent heartbeat: a second run may take it over...
+    _record(str(tmp_path), host="gpu-node-7", boot_id="other", heartbeat=time.time() - 1000)
+    refused: list[str] = []
+    real_read = lock.files.read
+
+    def read_while_a_taker_tries(path=None):
+        text = real_read(path)
+        if not refused:  # ...but not between the beat's read and its write
+            with pytest.raises(RunDirBusyError) as err:
+                RunLock(str(tmp_path), heartbeat_seconds=30).acquire()
+            refused.append(str(err.value))
+        return text
+
+    monkeypatch.setattr(lock.files, "read", read_while_a_taker_tries)
+    assert lock.beat() is True
+    assert "taking over or refreshing" in refused[0]
+    monkeypatch.setattr(lock.files, "read", real_read)
+    assert _held(str(tmp_path)) == dataclasses.asdict(lock.holder)  # the beat's write, whole
+    # Once the beat is done a takeover can go ahead (the holder silent again), and the holder's next beat sees it.
+    _record(str(tmp_path), host="gpu-node-7", boot_id="other", heartbeat=time.time() - 1000)
+    lines: list[str] = []
+    with RunLock(str(tmp_path), log=lines.append, heartbeat_seconds=30):
+        assert len(lines) == 1 and "heartbeat stopped" in lines[0]
+        assert lock.beat() is False
+        with pytest.raises(RunLockLostError):
+            lock.check()
+    lock.release()
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_guard_left_by_a_killed_process_is_cleared_and_a_live_one_is_waited_for(tmp_path):
+    lock = _quiet_lock(str(tmp_path))
+    guard = tmp_path / (LOCK_NAME + ".takeover")
+    guard.write_text("{}")  # a taker mid-takeover: this beat leaves the file to it
+    before = _held(str(tmp_path))
+    assert lock.beat() is True and _held(str(tmp_path)) == before and guard.exists()
+    old = time.time() - run_lock._GUARD_STALE_SECONDS - 5
+    os.utime(guard, (old, old))  # left by a process killed while holding it
+    assert lock.beat() is True
+    assert _held(str(tmp_path))["heartbeat"] > before["heartbeat"] and not guard.exists()
+    lock.release()
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_daemon_thread_beats_and_stops_once_the_lock_is_lost(tmp_path, monkeypatch):
+    """The thread itself, without sleeping: the test waits for beats to happen (the timeouts only bound a hang)."""
+    lock = RunLock(str(tmp_path), heartbeat_seconds=0.01, clock=_Clock())
+    beats, three = [], threading.Event()
+    real_beat = lock.beat
+
+    def counted_beat() -> bool:
+        beats.append(real_beat())
+        if len(beats) >= 3:
+            three.set()
+        return beats[-1]
+
+    monkeypatch.setattr(lock, "beat", counted_beat)
+    lock.acquire()
+    assert three.wait(timeout=120)
+    assert _held(str(tmp_path))["heartbeat"] > lock._new_holder().since - 1000  # refreshed by the beats
+    _record(str(tmp_path), host="gpu-node-7", token="theirs")
+    lock._thread.join(timeout=120)
+    assert not lock._thread.is_alive() and beats[-1] is False
+    with pytest.raises(RunLockLostError, match="gpu-node-7"):
+        lock.check()
+    lock.release()
 
 
 def test_gfile_paths_write_read_back_and_refuse(monkeypatch):
     monkeypatch.setattr(run_lock, "SETTLE_SECONDS", 0.01)
-    model_dir = f"ram://run_lock_test_{os.getpid()}"
+    model_dir = f"ram://run_lock_test_{uuid.uuid4().hex}"
     with RunLock(model_dir):
         with pytest.raises(RunDirBusyError, match=f"pid {os.getpid()}"):
             RunLock(model_dir).acquire()

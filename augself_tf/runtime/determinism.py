@@ -40,8 +40,8 @@ def make_deterministic() -> None:
     process, but its rewrites of a multi-device step (constant folding, arithmetic rewrites) did not always
     give the same program: with 2 replicas, two runs of one command computed the same per-replica gradients
     yet applied updates that differed in the last bits from step 1 on, while one process rerunning its own
-    compiled step reproduced itself exactly (docs/distributed.md, "Two replicas were not bit-identical: the
-    cause"). Without rewrites every process runs the graph as traced.
+    compiled step reproduced itself exactly (docs/distributed.md, "Why Grappler is off"). Without rewrites
+    every process runs the graph as traced.
 
     Raises:
       ValueError: when TensorFlow was loaded with oneDNN on, or has started with other thread settings.

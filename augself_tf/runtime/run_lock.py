@@ -18,6 +18,12 @@ second run reads it and stops with one line naming the holder.
 - **Lost lock.** A holder whose file was taken over (paused past the stale limit, say) sees another token at
   its next heartbeat; :meth:`RunLock.check` then raises :class:`RunLockLostError`, and the loop calls it before
   every save, so that it never writes over the new holder's files.
+- **A heartbeat never writes over a takeover.** On a local or NFS path a heartbeat (and the release) holds the
+  takeover guard, ``run.lock.takeover``, for its read and its write, so a takeover cannot land between them; it
+  also reads the token again just before the atomic replace. The residual window: a holder paused for longer
+  than the guard's stale limit (60 s) between taking the guard and the replace, whose guard a taker then
+  removes as left behind. On a ``tf.io.gfile`` path there is no guard (no create-exclusive), and the window is
+  the time between that last read and the write.
 """
 
 from __future__ import annotations
@@ -130,16 +136,26 @@ class _Files:
         except self.errors:  # absent (released) or unreadable
             return None
 
-    def write(self, text: str) -> None:
-        """Replaces the file's content (atomic: a reader sees the old or the new content)."""
-        if self.remote:  # an object store replaces an object whole
+    def write(self, text: str, still_wanted: Callable[[], bool] = lambda: True) -> bool:
+        """Replaces the file's content (atomic: a reader sees the old or the new content).
+
+        ``still_wanted`` is asked last, just before the replace, and False leaves the file as it is (and returns
+        False): the content is staged first so that nothing slow stands between that answer and the replace.
+        """
+        if self.remote:  # an object store replaces an object whole; staging would be a second upload
+            if not still_wanted():
+                return False
             with self.gfile.GFile(self.path, "w") as f:
                 f.write(text)
-            return
+            return True
         tmp = f"{self.path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
             f.write(text)
+        if not still_wanted():
+            os.remove(tmp)
+            return False
         os.replace(tmp, self.path)
+        return True
 
     def remove(self, path: str | None = None) -> None:
         try:
@@ -190,15 +206,19 @@ class RunLock:
     """The lock of one run on ``model_dir`` (a context manager: acquired on entry, released on exit).
 
     ``log`` receives the one line of a takeover. ``heartbeat_seconds`` and ``stale_intervals`` set the
-    refresh and the staleness of a holder on another host (tests shorten them).
+    refresh and the staleness of a holder on another host (tests shorten them). ``clock`` gives the times
+    written into the file (tests fix it to tell one heartbeat from the next without waiting).
     """
 
     def __init__(self, model_dir: str, log: Callable[[str], None] = lambda _m: None, *,
-                 heartbeat_seconds: float = HEARTBEAT_SECONDS, stale_intervals: int = STALE_INTERVALS) -> None:
+                 heartbeat_seconds: float = HEARTBEAT_SECONDS, stale_intervals: int = STALE_INTERVALS,
+                 clock: Callable[[], float] = time.time) -> None:
         self.model_dir = model_dir
         self.path = model_dir.rstrip("/") + "/" + LOCK_NAME
+        self.guard = self.path + ".takeover"
         self.files = _Files(self.path)
         self.log = log
+        self.clock = clock
         self.heartbeat_seconds = heartbeat_seconds
         self.stale_after = heartbeat_seconds * stale_intervals
         self.holder: Holder | None = None
@@ -207,7 +227,7 @@ class RunLock:
         self._thread: threading.Thread | None = None
 
     def _new_holder(self) -> Holder:
-        now = time.time()
+        now = self.clock()
         return Holder(pid=os.getpid(), since=now, heartbeat=now, token=uuid.uuid4().hex,
                       start=_proc_start(os.getpid()), **_machine())
 
@@ -261,8 +281,8 @@ class RunLock:
                 self.log(f"Took over {self.path} from a run that no longer runs ({who}): {why}")
                 break
         else:
-            raise RunDirBusyError(f"--model_dir {self.model_dir}: another run is taking over {self.path} at the same "
-                                  "time; wait for it to end, or choose another --model_dir")
+            raise RunDirBusyError(f"--model_dir {self.model_dir}: another run is taking over or refreshing {self.path} "
+                                  "at the same time; wait for it to end, or choose another --model_dir")
         self.holder = mine
         self._thread = threading.Thread(target=self._beat, name="run-lock-heartbeat", daemon=True)
         self._thread.start()
@@ -273,11 +293,7 @@ class RunLock:
             self.files.write(mine.text())
             time.sleep(SETTLE_SECONDS)
             return self.files.read() == mine.text()
-        guard = self.path + ".takeover"
-        if not self.files.create(mine.text(), guard):
-            age = time.time() - (self.files.mtime(guard) or time.time())
-            if age > _GUARD_STALE_SECONDS:
-                self.files.remove(guard)
+        if not self._take_guard(mine):
             return False
         try:
             if self.files.read() != stale_text:  # replaced or released meanwhile: decide again
@@ -285,21 +301,63 @@ class RunLock:
             self.files.remove()
             return self.files.create(mine.text())
         finally:
-            self.files.remove(guard)
+            self.files.remove(self.guard)
+
+    def _take_guard(self, mine: Holder) -> bool:
+        """Creates the takeover guard (local and NFS paths); False while another process holds it.
+
+        Takeovers, heartbeats and the release each read the lock and then change it: holding the guard for both
+        keeps another of them from landing in between. A guard older than any of them could take was left by a
+        process killed while holding it: removed, and taken once more.
+        """
+        if self.files.create(mine.text(), self.guard):
+            return True
+        age = time.time() - (self.files.mtime(self.guard) or time.time())  # file times are wall-clock times
+        if age <= _GUARD_STALE_SECONDS:
+            return False
+        self.files.remove(self.guard)
+        return self.files.create(mine.text(), self.guard)
 
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat_seconds):
             try:
-                current = _parse(self.files.read() or "")
-                if current is None:  # mid-takeover, or removed by hand: only another holder's token is a loss
-                    continue
-                if current.token != self.holder.token:
-                    self.lost = current.describe()
+                if not self.beat():
                     return
-                self.holder = dataclasses.replace(self.holder, heartbeat=time.time())
-                self.files.write(self.holder.text())
             except Exception:  # noqa: BLE001 (a transient I/O error: the next beat tries again)
                 pass
+
+    def _ours(self) -> bool | None:
+        """Whether the lock file holds this run's token; None when it cannot be read (mid-takeover, removed)."""
+        current = _parse(self.files.read() or "")
+        if current is None:
+            return None
+        if current.token != self.holder.token:
+            self.lost = current.describe()
+            return False
+        return True
+
+    def beat(self) -> bool:
+        """One heartbeat: rewrites this run's ``heartbeat`` time if the file still holds this run's token.
+
+        Returns False once the lock is found taken over (:meth:`check` then raises), True otherwise, including a
+        beat skipped because a takeover is in progress (the next beat sees its outcome). The daemon thread calls
+        it every ``heartbeat_seconds``; tests call it directly.
+        """
+        if self.holder is None or self.lost is not None:
+            return self.lost is None
+        if not self.files.remote and not self._take_guard(self.holder):
+            return True
+        try:
+            if not self._ours():  # another token (lost) or unreadable (only another holder's token is a loss)
+                return self.lost is None
+            refreshed = dataclasses.replace(self.holder, heartbeat=self.clock())
+            # The guard keeps takeovers out on local and NFS paths; the second look covers tf.io.gfile paths.
+            if self.files.write(refreshed.text(), still_wanted=lambda: self._ours() is True):
+                self.holder = refreshed
+            return self.lost is None
+        finally:
+            if not self.files.remote:
+                self.files.remove(self.guard)
 
     def check(self) -> None:
         """Raises RunLockLostError when another run has taken the lock over (called before every save)."""
@@ -308,14 +366,21 @@ class RunLock:
                                    "saving so as not to write over its files")
 
     def release(self) -> None:
-        """Stops the heartbeat and removes the lock file if it is still this run's; safe to call twice."""
+        """Stops the heartbeat and removes the lock file if it is still this run's; safe to call twice.
+
+        A takeover in progress (its guard present) keeps the file: it is the taker's now, or about to be.
+        """
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
         if self.holder is not None:
-            current = _parse(self.files.read() or "")
-            if current is not None and current.token == self.holder.token:
-                self.files.remove()
+            guarded = self.files.remote or self._take_guard(self.holder)
+            try:
+                if guarded and self._ours():
+                    self.files.remove()
+            finally:
+                if guarded and not self.files.remote:
+                    self.files.remove(self.guard)
             self.holder = None
 
     def __enter__(self) -> RunLock:
