@@ -383,6 +383,9 @@ def test_every_flagfile_parses_to_the_config_it_did_before_settings_were_declare
         for part in ("config", "hparams"):
             for key in set(now[part]) - set(before[part]):
                 assert now[part].pop(key) == defaults[part][key], (name, key)
+        options, options_before = now["config"]["method_options"], before["config"]["method_options"]
+        for key in set(options) - set(options_before):  # an option flag added since (--equimod_control): unset
+            assert options.pop(key) == defaults["config"]["method_options"][key], (name, key)
         # The old HParams column rebuilt s as jitter_strength[0] / 0.4 (1.5000000000000002 for s = 1.5); the
         # column is now the flag's value itself.
         assert now["hparams"].pop("color_strength") == pytest.approx(before["hparams"].pop("color_strength"),
