@@ -46,6 +46,15 @@ def write_views(writer: tf.summary.SummaryWriter | None, batch: dict, step: int,
 _WHERE = {"host": "in the tf.data pipeline", "device": "batched in the training step, uint8 views"}
 
 
+def _decay(cfg) -> str:
+    """The optimizer and its weight decay, as the run applies them."""
+    if cfg.optimizer == "sgd":
+        return f"coupled L2 {cfg.weight_decay}"
+    end = "" if cfg.weight_decay_end is None else f" to {cfg.weight_decay_end} (cosine)"
+    clip = f", gradients clipped at {cfg.clip_grad} per variable" if cfg.clip_grad else ""
+    return f"{cfg.optimizer}, weight decay {cfg.weight_decay}{end}{clip}"
+
+
 def describe_run(
     cfg, replicas: int, num_examples: int, steps_per_epoch: int, total_steps: int, photometric: str = "host",
     input_statistics: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
@@ -67,7 +76,6 @@ def describe_run(
         f"{cfg.split} ({num_examples} images), {model.backbone} width {model.width} at {cfg.augment.image_size} px\n"
         f"  photometric augmentations: {photometric} ({_WHERE[photometric]})\n{norm}"
         f"  global batch {cfg.batch_size} on {replicas} replica(s), {steps_per_epoch} steps/epoch, "
-        f"{total_steps} steps ({cfg.steps_per_execution} per call), lr {cfg.lr}×batch/256, coupled L2 "
-        f"{cfg.weight_decay}\n"
+        f"{total_steps} steps ({cfg.steps_per_execution} per call), lr {cfg.lr}×batch/256, {_decay(cfg)}\n"
         f"  model_dir {cfg.model_dir}"
     )
