@@ -302,12 +302,16 @@ def build_vit(
     return keras.Model(inputs, features, name=model_name or name)
 
 
+def is_vit_model(backbone: keras.Model) -> bool:
+    """Whether ``backbone`` (or its clone) is a ViT of `build_vit` (MoCo v3 shapes its heads by it)."""
+    return any(layer.name == FINAL_NORM for layer in getattr(backbone, "layers", ()))
+
+
 def patch_token_model(backbone: keras.Model) -> keras.Model | None:
     """The ViT's patch tokens after its final LayerNorm, [N, h·w, D], sharing ``backbone``'s layers; None for a
     backbone without them (a ResNet)."""
-    try:
-        norm = backbone.get_layer(FINAL_NORM)
-    except ValueError:
+    if not is_vit_model(backbone):
         return None
+    norm = backbone.get_layer(FINAL_NORM)
     tokens = layers.Lambda(lambda t: t[:, 1:], name="patch_tokens")(norm.output)
     return keras.Model(backbone.input, tokens, name=f"{backbone.name}_patch_tokens")
