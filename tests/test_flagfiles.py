@@ -79,7 +79,7 @@ GROUPS = _groups()
 
 
 def test_there_is_a_flagfile_per_experiment():
-    assert len(NAMES) == 56
+    assert len(NAMES) == 59
     for m in ("simsiam", "moco", "byol", "simclr", "swav"):
         assert {f"stl10_{m}", f"stl10_{m}_augself"} <= set(NAMES)
     for m in ("simsiam", "moco", "supervised"):
@@ -94,6 +94,10 @@ def test_there_is_a_flagfile_per_experiment():
     assert {"stl10_simclr_stl", "stl10_simsiam_stl"} <= set(NAMES)
     # E-SSL's ImageNet SimCLR and SimSiam rows, baseline and E-SSL (docs/experiments.md, "E-SSL").
     assert {f"imagenet_{m}{e}" for m in ("simclr", "simsiam") for e in ("", "_essl")} <= set(NAMES)
+    # ViTs (docs/experiments.md, "Vision Transformers"): MoCo v3's ViT-S/16, CASSLE's MoCo v3 ViT + AugSelf, and the
+    # CPU-scale ViT on the ledger's data.
+    assert {"imagenet_mocov3_vit_small", "imagenet100_mocov3_vit_small_augself",
+            "tiny_mocov3_vit_pico_augself"} <= set(NAMES)
 
 
 def _expected_augself(name: str) -> tuple[str, ...]:
@@ -122,6 +126,9 @@ def test_flagfile_parses_into_the_paper_settings(name):
     opts = {k: v for k, v in model.method_options.items() if v is not None}
     if name.startswith("cifar10_equimod_"):
         _check_equimod(cfg, name[len("cifar10_equimod_"):], opts)
+        return
+    if model.method == "mocov3":
+        _check_mocov3(cfg, name, opts)
         return
     if name.startswith("stl10_"):
         assert (cfg.dataset, cfg.split, model.backbone, model.width) == ("stl10", "train+unlabelled", "resnet18", 1.0)
@@ -194,6 +201,35 @@ def test_flagfile_parses_into_the_paper_settings(name):
         assert (opts["projector_hidden"], opts["projector_dim"], opts["num_prototypes"]) == (2048, 128, 100)
         assert (opts["sinkhorn_epsilon"], opts["sinkhorn_iterations"], opts["temperature"]) == (0.05, 3, 0.1)
         assert opts["freeze_prototypes_steps"] == -1
+
+
+def _check_mocov3(cfg: TrainConfig, name: str, opts: dict) -> None:
+    """MoCo v3's ViT recipe (facebookresearch/moco-v3 CONFIG.md, vits.py, builder.py), CASSLE's MoCo v3 ViT with
+    AugSelf (mprzewie/AugSelf pretrain_cond.py mocov3()), and the CPU-scale ViT."""
+    model = cfg.model
+    assert (cfg.optimizer, cfg.weight_decay, cfg.weight_decay_exclude, cfg.weight_decay_end) == ("adamw", 0.1, "none",
+                                                                                               None)
+    assert (model.pos_embed, model.stop_grad_conv1, model.drop_path) == ("sincos", True, 0.0)
+    assert (opts["temperature"], opts["projector_dim"]) == (0.2, 256)
+    cpu = name.startswith("tiny_")
+    hidden = 1024 if cpu else 4096
+    assert (opts["projector_hidden"], opts["predictor_hidden"]) == (hidden, hidden)
+    cassle = name.startswith("imagenet100_")
+    assert (opts["moco_momentum"], opts["momentum_cosine"], opts["asymmetric_views"]) == \
+        ((0.999, False, False) if cassle else (0.99, True, True))
+    assert cfg.augment.crop_scale == ((0.2, 1.0) if cassle else (0.08, 1.0))
+    assert cfg.lr == 1.5e-4
+    if cpu:
+        assert (model.backbone, model.patch_size, cfg.augment.image_size) == ("vit_pico", 8, 64)
+        assert (cfg.batch_size, cfg.epochs, cfg.warmup_epochs) == (128, 120, 16)
+        assert cfg.dataset.endswith("tiny-imagenet-mini") and model.augself_weight == 1.0
+        return
+    assert (model.backbone, model.patch_size, cfg.augment.image_size) == ("vit_small", 16, 224)
+    assert cfg.warmup_epochs == 40
+    if cassle:
+        assert (cfg.dataset, cfg.batch_size, cfg.epochs, model.augself_weight) == ("imagenet100", 256, 500, 0.5)
+    else:
+        assert (cfg.dataset, cfg.batch_size, cfg.epochs) == ("imagenet2012", 1024, 300)
 
 
 def _check_equimod(cfg: TrainConfig, method: str, opts: dict) -> None:

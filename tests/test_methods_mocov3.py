@@ -125,6 +125,8 @@ def test_momentum_encoder_follows_the_cosine_schedule_shifted_to_the_next_step()
         for o, w, old in zip(online, target, before, strict=True):
             np.testing.assert_allclose(w.numpy(), m * old + (1 - m) * o.numpy(), rtol=1e-5, atol=1e-7)
     assert float(logs["mocov3/momentum"]) == pytest.approx(1.0)
+    constant = make_model("mocov3", augself=(), total_steps=total, momentum_cosine=False, moco_momentum=0.999)
+    assert [float(constant.momentum_at(tf.constant(t))) for t in (0, total - 1)] == pytest.approx([0.999, 0.999])
 
 
 def test_views_are_moco_v3s_asymmetric_blur_and_solarization():

@@ -5,7 +5,8 @@ and projector (k1, k2); the loss is the symmetric `moco_v3_contrastive` (keys of
 queue, T 0.2). The MLPs are MoCo v3's `_build_mlp`: linears without bias, BN + ReLU between them; for a ViT the
 projector has 3 layers and the predictor 2, both ending in BN without affine; for a ResNet the projector has 2
 layers ending in that BN and the predictor 2 with no BN at the end. The EMA covers the backbone and projector,
-with m on MoCo v3's per-step cosine from ``moco_momentum`` to 1 (`cosine_tau`). MoCo v3 moves the momentum
+with m on MoCo v3's per-step cosine from ``moco_momentum`` to 1 (`cosine_tau`; constant with
+``--nomomentum_cosine``). MoCo v3 moves the momentum
 encoder at the START of each step with m(t/T), a no-op at step 0; the update after step t here uses m((t+1)/T),
 the same sequence of encoders for every forward pass.
 
@@ -46,6 +47,8 @@ class MoCoV3(MomentumMethod):
         predictor_hidden: int = option(4096, "Predictor hidden size")
         temperature: float = option(0.2, "Softmax temperature of the loss")
         moco_momentum: float = option(0.99, "MoCo v3 base EMA momentum m0, raised to 1 on a per-step cosine")
+        momentum_cosine: bool = option(True, "MoCo v3: raise the EMA momentum to 1 on a per-step cosine (its "
+                                             "--moco-m-cos; off: constant --moco_momentum, as CASSLE's MoCo v3)")
         asymmetric_views: bool = option(True, "MoCo v3's views: view 1 always blurred, view 2 blurred at p 0.1 and "
                                               "solarized at p 0.2 (off: both take --blur_prob and --solarize_prob)")
         total_steps: int | None = None  # the training loop's
@@ -61,7 +64,7 @@ class MoCoV3(MomentumMethod):
         o, sync = self.method_options, self.synchronized_bn
         self.temperature = float(o.temperature)
         self.moco_momentum = float(o.moco_momentum)
-        self.total_steps = o.total_steps
+        self.total_steps = o.total_steps if o.momentum_cosine else None  # cosine_tau is constant without it
         vit = is_vit_model(backbone)
         projector = [o.projector_hidden] * (2 if vit else 1) + [o.projector_dim]
         heads = {"synchronized_bn": sync, "bias": False, "last_bn_affine": False}
