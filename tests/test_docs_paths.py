@@ -42,6 +42,8 @@ EXTERNAL = {
                            "main.py"},
     "rdangovs/essl (E-SSL)": {"imagenet/simclr/main.py", "imagenet/simsiam/main.py", "cifar10/main.py"},
     "kornia": {"random_generator.py"},
+    "facebookresearch/moco-v3 (MoCo v3)": {"vits.py", "builder.py", "moco/builder.py", "moco/optimizer.py",
+                                            "main_moco.py"},
     "NVIDIA/DeepLearningExamples": {"TensorFlow/Classification/ConvNets/resnet50v1.5/README.md"},
 }
 # Files the docs' how-to sections write as examples ("adding a source is one file: ..."): they name new files.
