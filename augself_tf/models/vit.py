@@ -163,13 +163,15 @@ class DropPath(layers.Layer):
     """Stochastic depth: in training, each example's residual branch is zeroed with probability ``rate`` and
     kept ones are scaled by 1/(1 − rate) (timm's ``drop_path``); the identity at inference."""
 
-    def __init__(self, rate: float = 0.0, seed: int | None = None, **kwargs) -> None:
+    def __init__(self, rate: float = 0.0, seed: int | None = None, seed_name: str | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         if not 0.0 <= rate < 1.0:
             raise ValueError(f"drop-path rate must be in [0, 1), got {rate}")
         self.rate = float(rate)
         self.seed = seed
-        self.seed_generator = keras.random.SeedGenerator(seed) if self.rate else None
+        self.seed_name = seed_name
+        # Named: the state is checkpointed by its name, and Keras' automatic names count creations in the process.
+        self.seed_generator = keras.random.SeedGenerator(seed, name=seed_name) if self.rate else None
 
     def call(self, x: tf.Tensor, training: bool | None = None) -> tf.Tensor:
         if not training or not self.rate:
@@ -180,7 +182,7 @@ class DropPath(layers.Layer):
         return x / tf.cast(keep, x.dtype) * mask
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "rate": self.rate, "seed": self.seed}
+        return {**super().get_config(), "rate": self.rate, "seed": self.seed, "seed_name": self.seed_name}
 
 
 @keras.saving.register_keras_serializable(package="augself_tf")
@@ -208,7 +210,7 @@ class TransformerBlock(layers.Layer):
         self.norm2 = layers.LayerNormalization(epsilon=LN_EPSILON, name="norm2")
         self.fc1 = layers.Dense(int(dim * mlp_ratio), kernel_initializer=xavier, name="fc1")
         self.fc2 = layers.Dense(dim, kernel_initializer=xavier, name="fc2")
-        self.drop = DropPath(drop_path, name="drop_path")
+        self.drop = DropPath(drop_path, seed_name=f"{self.name}_drop_path", name="drop_path")
 
     def build(self, input_shape) -> None:
         tokens = (None, None, self.dim)
