@@ -3,7 +3,8 @@
 Step = forward + backward + momentum-SGD apply of mean(f²) on a batch of 64-px images, as bench_cpu_step.py's
 ``padding`` part times a backbone. The configurations are timed in interleaved rounds (order reversed every other
 round) so that a shared machine's load drift hits each alike; the ratio of each to the ResNet is the median of the
-per-round ratios, with its min..max.
+per-round ratios, with its min..max, of wall time and of process CPU time (all threads: the figure a shared,
+oversubscribed machine moves least, docs/benchmarks.md "Machine and method").
 
     python -m bench.bench_vit_step                               # vit_pico against resnet18 width 0.25
     python -m bench.bench_vit_step --vits=vit_pico,vit_tiny --patch_size=8 --rounds=6
@@ -54,17 +55,22 @@ def main() -> None:
         step(x)
         step(x)
     times: dict[str, list[float]] = {k: [] for k in steps}
+    cpu: dict[str, list[float]] = {k: [] for k in steps}
     for r in range(args.rounds):
         for k in (list(steps) if r % 2 == 0 else list(reversed(steps))):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             steps[k](x).numpy()
             times[k].append(time.perf_counter() - t0)
-    base = times["resnet18 w0.25"]
-    for k, t in times.items():
-        ratios = [a / b for a, b in zip(t, base, strict=True)]
-        print(f"{k:>18}: {1000 * statistics.median(t):7.0f} ms/step (batch {args.batch_size}, {args.image_size} px), "
-              f"{models[k].count_params():>9,d} parameters, ratio to the ResNet {statistics.median(ratios):.2f} "
-              f"({min(ratios):.2f}..{max(ratios):.2f})")
+            cpu[k].append(time.process_time() - c0)
+
+    def ratio(values: dict[str, list[float]], k: str) -> str:
+        r = [a / b for a, b in zip(values[k], values["resnet18 w0.25"], strict=True)]
+        return f"{statistics.median(r):.2f} ({min(r):.2f}..{max(r):.2f})"
+
+    for k in steps:
+        print(f"{k:>18}: {1000 * statistics.median(times[k]):6.0f} ms, {statistics.median(cpu[k]):5.2f} CPU s a step "
+              f"(batch {args.batch_size}, {args.image_size} px), {models[k].count_params():>9,d} parameters; "
+              f"to the ResNet: wall {ratio(times, k)}, CPU {ratio(cpu, k)}")
 
 
 if __name__ == "__main__":
