@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from absl import flags as absl_flags
+from helpers import DATA
 
 from augself_tf.augment import AugmentConfig
 from augself_tf.data import tfds_source
@@ -322,6 +323,13 @@ def test_imagenet100_without_prepared_imagenet2012_says_how_to_get_it(tmp_path):
 def test_flagfile_dataset_and_split_exist_offline(name, tmp_path):
     """The flagfile's split is one its builder declares, checked with no data and no network (an empty data_dir)."""
     cfg = parse(name)
+    if cfg.dataset.startswith("folder:"):  # a path on the user's machine: one line when it is not there
+        with pytest.raises(ValueError, match="does not exist or is not a directory"):
+            source_info(cfg.dataset, cfg.split)
+        folder = os.path.join(DATA, cfg.dataset.rsplit("/", 1)[-1])
+        if os.path.isdir(folder):  # the ledger's copy, where this machine has it: the split is there
+            assert source_info(f"folder:{folder}", cfg.split).num_examples
+        return
     if cfg.dataset == "imagenet100":  # valid split, then the one error for unprepared ImageNet
         with pytest.raises(FileNotFoundError, match="not prepared"):
             source_info(cfg.dataset, cfg.split, data_dir=str(tmp_path))

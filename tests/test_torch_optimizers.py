@@ -208,3 +208,20 @@ def reference_shifted(kind: str, p0: dict, a: np.ndarray) -> dict:
             else:
                 params[k], state[k] = moco_v3_lars(params[k], state[k], g, lr, wd)
     return params
+
+
+def test_max_steps_keeps_the_warmups_share_of_the_run():
+    """A run cut by --max_steps compresses its warm-up with its cosine: 2 of 10 epochs (20 of 100 steps) become 4
+    of the 20 steps run, where the uncut warm-up would outlast the run (a smoke run of a ViT flagfile)."""
+    from helpers import tiny_run
+
+    from augself_tf.methods.augself_model import PretrainData
+    from augself_tf.training.loop import build_model
+
+    cfg = tiny_run("unused", warmup_epochs=2, epochs=10, max_steps=20, optimizer="adamw")
+    data = PretrainData("shapes", 160, 0, cfg.batch_size, total_steps=20, steps_per_epoch=10)
+    model = build_model(cfg, tf.distribute.get_strategy(), data)
+    lrs = [float(model.optimizer._learning_rate(i)) for i in range(20)]
+    peak = scaled_learning_rate(cfg.lr, cfg.batch_size)
+    np.testing.assert_allclose(lrs[:5], [peak * i / 4 for i in range(5)], rtol=1e-6)
+    assert lrs[5] < peak and type(model.optimizer).__name__ == "TorchAdamW"
