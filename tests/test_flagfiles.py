@@ -392,11 +392,19 @@ NEWER_SETTINGS = ("warmup_epochs", "weight_decay_exclude", "optimizer", "weight_
                   "patch_size", "pos_embed", "drop_path", "stop_grad_conv1")
 
 
+#: Method options added after it (MoCo v3's), left out when unset.
+NEWER_METHOD_OPTIONS = ("moco_momentum", "momentum_cosine", "asymmetric_views")
+
+
 def _drop_newer_defaults(record: dict) -> None:
     defaults = {f.name: f.default for f in [*flag_fields(TrainConfig), *flag_fields(ModelConfig)]}
     for name in NEWER_SETTINGS:
         if name in record and record[name] == defaults[name]:
             del record[name]
+    options = record.get("method_options", {})
+    for name in NEWER_METHOD_OPTIONS:
+        if name in options and options[name] is None:
+            del options[name]
 
 
 def _as_before(cfg: TrainConfig) -> dict:
@@ -430,7 +438,8 @@ def test_every_flagfile_parses_to_the_config_it_did_before_settings_were_declare
     # Flagfiles of settings the old code did not have cannot be in its snapshot: each is named here instead.
     newer = {"stl10_simclr_stl", "stl10_simsiam_stl",  # STL (--stl_weight)
              "cifar10_equimod_simclr", "cifar10_equimod_byol",  # EquiMod (--equimod_weight)
-             *(f"imagenet_{m}{e}" for m in ("simclr", "simsiam") for e in ("", "_essl"))}  # E-SSL's rows
+             *(f"imagenet_{m}{e}" for m in ("simclr", "simsiam") for e in ("", "_essl")),  # E-SSL's rows
+             "imagenet_mocov3_vit_small", "imagenet100_mocov3_vit_small_augself", "tiny_mocov3_vit_pico_augself"}
     assert set(snapshot) == {"(no flags)", *(n + ".cfg" for n in NAMES if n not in newer)}
     for name, before in snapshot.items():
         now = _as_before(parse_argv([]) if name == "(no flags)" else parse(name[: -len(".cfg")]))

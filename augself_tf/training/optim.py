@@ -18,19 +18,12 @@ import keras
 import tensorflow as tf
 
 from augself_tf.training.loss_scale import CrossReplicaLossScaleOptimizer
+from augself_tf.training.optimizer_parts import WEIGHT_DECAY_EXCLUDE, count_steps_per_replica, is_decayed
+from augself_tf.training.torch_optimizers import LARS, TorchAdamW
 
-#: --weight_decay_exclude's choices: ``none`` decays every variable (the paper's reference); ``1d`` leaves out every
-#: variable of at most one dimension (biases, BN and LayerNorm scales and offsets), the rule of MoCo v3's LARS, DINO's
-#: ``get_params_groups`` and solo-learn's ``exclude_bias_n_norm_wd``.
-WEIGHT_DECAY_EXCLUDE = ("none", "1d")
 #: --optimizer's choices: ``sgd`` (:class:`TorchSGD`, the paper's), ``adamw`` and ``lars`` (torch_optimizers.py: the
 #: ViT recipes' of MoCo v3 and DINO).
 OPTIMIZERS = ("sgd", "adamw", "lars")
-
-
-def is_decayed(variable, exclude: str = "none") -> bool:
-    """Whether weight decay applies to ``variable`` under the ``exclude`` rule (:data:`WEIGHT_DECAY_EXCLUDE`)."""
-    return exclude == "none" or len(variable.shape) > 1
 
 
 def warmup_cosine(peak_lr: float, total_steps: int, warmup_steps: int = 0) -> keras.optimizers.schedules.CosineDecay:
@@ -44,23 +37,6 @@ def warmup_cosine(peak_lr: float, total_steps: int, warmup_steps: int = 0) -> ke
         return keras.optimizers.schedules.CosineDecay(peak_lr, decay_steps=total_steps)
     return keras.optimizers.schedules.CosineDecay(0.0, decay_steps=total_steps - warmup_steps,
                                                   warmup_target=peak_lr, warmup_steps=warmup_steps)
-
-
-def count_steps_per_replica(optimizer: keras.optimizers.Optimizer) -> None:
-    """Replaces Keras' step counter (aggregation ONLY_FIRST_REPLICA) by one with aggregation NONE, same name.
-
-    `apply` adds 1 to the counter in replica context. ONLY_FIRST_REPLICA makes that write a `merge_call`, and a
-    replica function compiled with XLA on GPUs runs without merge_call: there it raises (``merge_call called
-    while defining a new graph``). Every replica adds the same 1 from the same value, so each replica's own
-    copy stays equal without any cross-replica step; the checkpoint key (its path) is unchanged.
-
-    The Keras variable stays the same object and only its TensorFlow variable is made anew (inside the
-    strategy's scope, as the optimizer is built): replacing the object in the optimizer's tracked list would
-    make the model unsaveable by `tf.train.Checkpoint` ("Unable to save the object ListWrapper").
-    """
-    counter = optimizer._iterations
-    counter._aggregation = "none"  # read by _initialize when it makes the tf.Variable
-    counter._initialize(0)
 
 
 def scaled_learning_rate(base_lr: float, global_batch_size: int) -> float:
@@ -192,9 +168,6 @@ def build_optimizer(
     Raises:
       ValueError: an unknown optimizer, or ``weight_decay_end`` / ``clip_grad`` with ``sgd``.
     """
-    # Imported here: torch_optimizers builds on this module's TorchSGD helpers.
-    from augself_tf.training.torch_optimizers import LARS, TorchAdamW
-
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; choose from {', '.join(OPTIMIZERS)}")
     lr = scaled_learning_rate(base_lr, global_batch_size)

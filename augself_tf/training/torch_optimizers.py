@@ -23,7 +23,7 @@ from collections.abc import Iterable
 import keras
 import tensorflow as tf
 
-from augself_tf.training.optim import WEIGHT_DECAY_EXCLUDE, count_steps_per_replica, is_decayed
+from augself_tf.training.optimizer_parts import WEIGHT_DECAY_EXCLUDE, count_steps_per_replica, is_decayed
 
 
 def cosine_weight_decay(step: tf.Tensor, start: float, end: float | None, total_steps: int) -> tf.Tensor:
