@@ -111,7 +111,10 @@ OTHER_VALUES = {
     "condition_width": 32, "condition_depth": 3, "condition_kind": "hypernet", "condition_descriptor": "relative",
     "condition_predictor": True, "backbone": "resnet18", "width": 0.25,
     "input_mean": "0.1,0.2,0.3", "input_std": "0.3,0.2,0.1",
+    # A ViT's own settings (on a ResNet they are refused at parse): changed together with the backbone.
+    "patch_size": 4, "pos_embed": "learned", "drop_path": 0.1, "stop_grad_conv1": True,
 }
+VIT_ONLY = ("patch_size", "pos_embed", "drop_path", "stop_grad_conv1")
 
 
 def test_every_model_setting_is_refused_on_resume_naming_its_flag(tmp_path):
@@ -125,7 +128,8 @@ def test_every_model_setting_is_refused_on_resume_naming_its_flag(tmp_path):
         if name == "projector_dim":  # a method option: one flag each, recorded under method_options
             other = dataclasses.replace(base, method_options={"projector_dim": 32})
         else:
-            other = dataclasses.replace(base, **{name: value})
+            backbone = {"backbone": "vit_pico"} if name in VIT_ONLY else {}
+            other = dataclasses.replace(base, **backbone, **{name: value})
         with pytest.raises(CheckpointMismatchError, match=f"--{name}=") as err:
             check_run_settings(str(tmp_path), other.checked_settings(*other.input_statistics(*data_stats)),
                                write=True)

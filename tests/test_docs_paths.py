@@ -44,6 +44,8 @@ EXTERNAL = {
                               "imagenet/simsiam/README.md"},
     "vturrisi/solo-learn": {"scripts/pretrain/cifar/simsiam.yaml"},
     "kornia": {"random_generator.py"},
+    "facebookresearch/moco-v3 (MoCo v3)": {"vits.py", "builder.py", "moco/builder.py", "moco/optimizer.py",
+                                            "main_moco.py"},
     "NVIDIA/DeepLearningExamples": {"TensorFlow/Classification/ConvNets/resnet50v1.5/README.md"},
 }
 # Files the docs' how-to sections write as examples ("adding a source is one file: ..."): they name new files.

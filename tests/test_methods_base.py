@@ -121,9 +121,10 @@ def _flag_values() -> flags.FlagValues:
 
 def test_a_shared_option_is_one_flag_whose_help_lists_each_methods_default():
     values = _flag_values()
-    # Written out from the methods' declarations: MoCo 0.2, SimCLR 0.2, SwAV 0.1 (SwAV's used to go unshown), LooC 0.2.
+    # Written out from the methods' declarations: MoCo 0.2, SimCLR 0.2, SwAV 0.1 (SwAV's used to go unshown), LooC 0.2,
+    # MoCo v3 0.2.
     assert values["temperature"].help == ("Softmax temperature of the loss (default moco: 0.2, simclr: 0.2, swav: 0.1, "
-                                          "looc: 0.2)")
+                                          "looc: 0.2, mocov3: 0.2)")
     assert values["queue_size"].help == "MoCo queue length (keys) (default moco: 65536, looc: 65536)"
     for name in ("temperature", "projector_dim", "queue_size", "num_prototypes"):
         assert values[name].default is None  # unset: each method's own default
@@ -154,7 +155,7 @@ def test_a_shared_option_must_keep_its_type_and_help():
         METHODS["toy"] = wrong_help
     assert "toy" not in METHODS
     with METHODS.registered("toy", _toy_method(temperature=(0.5, "Softmax temperature of the loss"))):
-        assert _flag_values()["temperature"].help.endswith("swav: 0.1, looc: 0.2, toy: 0.5)")
+        assert _flag_values()["temperature"].help.endswith("swav: 0.1, looc: 0.2, mocov3: 0.2, toy: 0.5)")
     assert "toy" not in METHODS
 
 
@@ -214,7 +215,7 @@ class MyMethod(AugSelfModel):
 def test_a_toy_method_is_one_class_and_one_registry_line():
     with METHODS.registered("mymethod", MyMethod):
         assert METHODS["mymethod"].options == {"projector_dim": (128, "Projector output size")}
-        assert _flag_values()["projector_dim"].help.endswith("swav: 128, looc: 128, mymethod: 128)")
+        assert _flag_values()["projector_dim"].help.endswith("swav: 128, looc: 128, mocov3: 256, mymethod: 128)")
         model = make_model("mymethod", projector_dim=None, total_steps=2)  # unset flag -> the default, 128
     assert model.optimized_variables()[-1].shape == (128,)  # the projector's last bias
     b = batch(9)

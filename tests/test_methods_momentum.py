@@ -184,4 +184,4 @@ def test_only_momentum_py_builds_or_updates_a_momentum_encoder():
             owners.append(module)
     assert owners == ["augself_tf.methods.momentum"]
     assert [n for n, cls in METHODS.items() if cls.target_variables is not AugSelfModel.target_variables] == [
-        n for n, cls in METHODS.items() if issubclass(cls, MomentumMethod)] == ["moco", "byol", "looc"]
+        n for n, cls in METHODS.items() if issubclass(cls, MomentumMethod)] == ["moco", "byol", "looc", "mocov3"]

@@ -70,10 +70,15 @@ class ViewSpec:
     image_size: int | None = None
     size_fraction: float | None = None
     crop_scale: tuple[float, float] | None = None
+    #: ``((knob, probability), ...)``: this view's own probabilities of those steps (MoCo v3's and BYOL's views: view
+    #: 1 always blurred, view 2 blurred at 0.1 and solarized at 0.2), every other knob the run's.
+    probabilities: tuple[tuple[str, float], ...] = ()
 
     def config_for(self, config: AugmentConfig) -> AugmentConfig:
         """The run's augmentation settings as this view takes them: ``config`` itself for a view of the run's
-        size and crop range (so a plan without such views runs exactly what it ran before)."""
+        size, crop range and probabilities (so a plan without such views runs exactly what it ran before)."""
+        if self.probabilities:
+            config = dataclasses.replace(config, probabilities={**config.probabilities, **dict(self.probabilities)})
         if self.image_size is None and self.size_fraction is None and self.crop_scale is None:
             return config
         size = self.image_size
@@ -92,6 +97,13 @@ class ViewSpec:
             raise ValueError(f"view {number}: image_size must be a positive int, got {self.image_size!r}")
         if self.size_fraction is not None and not 0.0 < self.size_fraction <= 1.0:
             raise ValueError(f"view {number}: size_fraction must be in (0, 1], got {self.size_fraction!r}")
+        for knob, p in self.probabilities:
+            knobs = [k.field for k in registry.probabilities()]
+            if knob not in knobs:
+                raise ValueError(f"view {number}: unknown augmentation probability {knob!r}; known: "
+                                 f"{', '.join(knobs)}")
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"view {number}: {knob} must be a probability in [0, 1], got {p!r}")
         if self.crop_scale is not None:
             lo, hi = self.crop_scale
             if not 0.0 < lo <= hi <= 1.0:

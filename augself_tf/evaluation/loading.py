@@ -149,6 +149,11 @@ def load_model(path: str, signature: str = DEFAULT_SIGNATURE) -> LoadedModel:
         raise EvalError(
             f"SavedModel {path}: {signature} has outputs {sorted(outputs)}; expected 'features' or one output"
         )
+    rank = outputs[key].shape.rank
+    if rank is not None and rank != 2:
+        # A ViT export's patch_tokens signature gives [N, T, D]: the protocols read one vector per image.
+        raise EvalError(f"SavedModel {path}: {signature} output {key!r} has shape {outputs[key].shape}, expected "
+                        "[N, d] features; evaluate serving_default or another signature of one vector per image")
     if signature != DEFAULT_SIGNATURE:
         name = f"{name}:{signature}"
     return LoadedModel(path, name, input_name, spec.dtype, key, fixed, _fn=fn, _module=module, signature=signature)

@@ -1,5 +1,6 @@
 """Exports the backbone alone as a SavedModel that needs neither Keras code nor this package to load (and,
-for a method that declares them, more representations as extra signatures: LooC's ``looc_plus_features``)."""
+for a method that declares them, more representations as extra signatures: LooC's ``looc_plus_features``; for a
+ViT, its patch tokens as ``patch_tokens``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ from collections.abc import Mapping
 import keras
 import tensorflow as tf
 
+from augself_tf.models.vit import patch_token_model
+
 _IMAGES = [tf.TensorSpec([None, None, None, 3], tf.float32, name="images")]
+#: The signature of a ViT export that gives its patch tokens.
+PATCH_TOKENS = "patch_tokens"
 
 
 class _ServingBackbone(tf.Module):
@@ -22,6 +27,7 @@ class _ServingBackbone(tf.Module):
         self.backbone = backbone
         self.extra = dict(extra)  # tracked: the heads' variables are saved with the signatures that read them
         self.feature_dim = tf.constant(int(backbone.output_shape[-1]))
+        self.tokens = patch_token_model(backbone)  # None but for a ViT
         # Restored without Keras, the model has no variable lists of its own: fine-tuning needs these.
         self.trainable_weights = list(backbone.trainable_variables)
         self.non_trainable_weights = list(backbone.non_trainable_variables)
@@ -41,6 +47,14 @@ class _ServingBackbone(tf.Module):
 
         return serve.get_concrete_function()
 
+    def tokens_signature(self) -> tf.types.experimental.ConcreteFunction:
+        """images -> {"tokens": the ViT's patch tokens after its final LayerNorm, [N, h·w, D]}."""
+        @tf.function(input_signature=_IMAGES)
+        def serve(images: tf.Tensor) -> dict:
+            return {"tokens": tf.cast(self.tokens(images, training=False), tf.float32)}
+
+        return serve.get_concrete_function()
+
     @tf.function(input_signature=_IMAGES)
     def train_features(self, images: tf.Tensor) -> tf.Tensor:
         # Batch statistics, and the BN moving averages updated as a side effect: fine-tuning as in PyTorch.
@@ -56,7 +70,9 @@ def export_backbone(backbone: keras.Model, path: str, extra: Mapping[str, keras.
     name with the same input and {"features": layer(backbone features)}; evaluation picks one with
     ``augself-eval --signature``. For fine-tuning, the loaded object also has
     `train_features(images)` (batch norm in training mode: batch statistics, moving averages updated),
-    `trainable_weights` and `non_trainable_weights` (the BN moving statistics).
+    `trainable_weights` and `non_trainable_weights` (the BN moving statistics). A ViT's export also has
+    ``patch_tokens``: the same input, {"tokens": [N, h·w, D]} (the patch tokens after the final LayerNorm;
+    ``serving_default`` gives the class token).
     """
     path = os.path.abspath(path)
     parent = os.path.dirname(path)
@@ -64,6 +80,8 @@ def export_backbone(backbone: keras.Model, path: str, extra: Mapping[str, keras.
     tmp = os.path.join(parent, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex[:8]}")
     module = _ServingBackbone(backbone, extra or {})
     signatures = {"serving_default": module.serve, **{name: module.extra_signature(name) for name in module.extra}}
+    if module.tokens is not None:
+        signatures[PATCH_TOKENS] = module.tokens_signature()
     tf.saved_model.save(module, tmp, signatures=signatures)
     old = None
     if os.path.exists(path):

@@ -20,6 +20,7 @@ from augself_tf.methods.augself_model import AugSelfModel, PretrainData
 from augself_tf.methods.byol import BYOL
 from augself_tf.methods.looc import LooC
 from augself_tf.methods.moco import MoCo
+from augself_tf.methods.mocov3 import MoCoV3
 from augself_tf.methods.simclr import SimCLR
 from augself_tf.methods.simsiam import SimSiam
 from augself_tf.methods.supervised import Supervised
@@ -74,6 +75,7 @@ METHODS: Registry[type[AugSelfModel]] = Registry("method", {
     "swav": SwAV,
     "supervised": Supervised,
     "looc": LooC,
+    "mocov3": MoCoV3,
 }, check=_check_method)
 
 

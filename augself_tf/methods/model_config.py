@@ -18,7 +18,9 @@ from augself_tf.augment.augment_config import AugmentConfig
 from augself_tf.flag_fields import names_text, option
 from augself_tf.methods import METHODS, build_method
 from augself_tf.methods.augself_model import AugSelfModel
-from augself_tf.models.resnet import BACKBONES, build_backbone
+from augself_tf.models import backbones
+from augself_tf.models.backbones import BACKBONES
+from augself_tf.models.vit import POS_EMBEDDINGS
 from augself_tf.objectives.conditioning import (
     CONDITION_KINDS,
     DEFAULT_DEPTH,
@@ -111,8 +113,16 @@ class ModelConfig:
     condition_predictor: bool = option(
         False, "Condition SimSiam's predictor on the view's description too, [z, e(d)] with its own ω-embedding "
                "MLP (CASSLE's --ss-aug-inj-type proj-cat).")
-    backbone: str = option("resnet18_cifar", "Backbone.", choices=BACKBONES)
-    width: float = option(0.125, "Channel multiplier of the backbone (1.0 = standard ResNet).", above=0)
+    backbone: str = option("resnet18_cifar", "Backbone: a ResNet, or a Vision Transformer (vit_pico is a CPU size).",
+                           choices=BACKBONES)
+    width: float = option(0.125, "Channel multiplier of a ResNet backbone (1.0 = standard ResNet).", above=0)
+    patch_size: int = option(0, "ViT patch side in pixels (0: the backbone's own, 16; 8 for vit_pico).", minimum=0)
+    pos_embed: str = option("sincos", "ViT position embedding: fixed 2-D sin-cos (MoCo v3) or learned (DINO); "
+                                      "interpolated bicubically for another image size.", choices=POS_EMBEDDINGS)
+    drop_path: float = option(0.0, "ViT stochastic-depth rate of the last block, rising linearly from 0 at the first "
+                                   "(DINO: 0.1).", minimum=0)
+    stop_grad_conv1: bool = option(False, "ViT: keep the random patch projection as initialised, out of the optimizer "
+                                          "(MoCo v3's --stop-grad-conv1).")
     input_mean: str | None = option(None, "Per-channel mean R,G,B the backbone's first layer subtracts from [0, 1] "
                                           "pixels (default: the pretraining data's; STL10 0.43,0.42,0.39, else "
                                           "ImageNet's 0.485,0.456,0.406, as the paper's code).")
@@ -125,6 +135,13 @@ class ModelConfig:
         self.augself = _tasks(self.augself)
         self.conditioning()  # a kind or descriptor mode without --condition fails here, at parse
         self.input_statistics((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))  # a malformed --input_mean/std fails here, at parse
+        if not backbones.is_vit(self.backbone):
+            vit_only = [f"--{name}" for name, default in VIT_DEFAULTS.items() if getattr(self, name) != default]
+            if vit_only:
+                raise ValueError(f"{', '.join(vit_only)} set for backbone {self.backbone}: only a ViT backbone reads "
+                                 "it")
+        elif self.drop_path >= 1:
+            raise ValueError(f"--drop_path must be below 1, got {self.drop_path}")
 
     @property
     def augself_names(self) -> tuple[str, ...]:
@@ -168,14 +185,20 @@ class ModelConfig:
               synchronized_bn: bool, augment: AugmentConfig) -> AugSelfModel:
         """The backbone and the method of these settings, with the method's completed ``options``
         (`AugSelfModel.complete_options`), normalising its input with ``input_mean`` / ``input_std``."""
-        backbone = build_backbone(self.backbone, self.width, synchronized_bn=synchronized_bn, input_mean=input_mean,
-                                  input_std=input_std)
+        backbone = backbones.build(self.backbone, width=self.width, synchronized_bn=synchronized_bn,
+                                   input_mean=input_mean, input_std=input_std, image_size=augment.image_size,
+                                   patch_size=self.patch_size, position=self.pos_embed, drop_path=self.drop_path,
+                                   frozen_patch_projection=self.stop_grad_conv1)
         return build_method(self.method, backbone, options=dict(options), augself=self.task_weights(),
                             augself_weight=self.augself_weight, condition=self.condition,
                             condition_width=self.condition_width, condition_depth=self.condition_depth,
                             condition_kind=self.condition_kind, condition_descriptor=self.condition_descriptor,
                             condition_predictor=self.condition_predictor,
                             synchronized_bn=synchronized_bn, augment=augment)
+
+
+#: The ViT settings and their defaults: another value on a ResNet is refused.
+VIT_DEFAULTS = {"patch_size": 0, "pos_embed": "sincos", "drop_path": 0.0, "stop_grad_conv1": False}
 
 
 def _jsonable(value: Any) -> Any:

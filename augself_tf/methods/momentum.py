@@ -60,7 +60,8 @@ class MomentumEncoder(keras.layers.Layer):
         """Creates the projector's variables and copies every online weight into the target (m = 0);
         `feature_dim` is the size of the projector's input (features and description when conditioned)."""
         self.projector(tf.zeros([2, feature_dim]))
-        self.backbone(tf.zeros([2, 8, 8, 3]))
+        if not self.backbone.built:  # a clone of a functional backbone is built (a ViT refuses 8 px under its patch)
+            self.backbone(tf.zeros([2, 8, 8, 3]))
         for online, target in self._pairs(online_backbone, online_projector):
             target.assign(online)
         self.built = True

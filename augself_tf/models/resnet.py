@@ -149,11 +149,14 @@ def mlp(
     synchronized_bn: bool = False,
     name: str,
     dtype: str | None = None,
+    last_bn_affine: bool = True,
+    bias: bool = True,
 ) -> keras.Sequential:
     """Linear–BN–ReLU stack ending in a Linear (optionally followed by BN, as SimSiam's projector).
 
     `dims` lists the output size of every linear layer; the input size is inferred at build time.
-    Linear layers before a BN drop their bias (the BN's β plays its part). `dtype`: a Keras dtype policy
+    Linear layers before a BN drop their bias (the BN's β plays its part); ``bias=False`` drops every bias (MoCo
+    v3's MLPs). ``last_bn_affine=False``: the last BN has no γ and β (MoCo v3's). `dtype`: a Keras dtype policy
     for every layer (e.g. "float32" to keep a head out of mixed precision); None = the global policy.
     """
     kw = {} if dtype is None else {"dtype": dtype}
@@ -161,9 +164,10 @@ def mlp(
     for i, d in enumerate(dims):
         last = i == len(dims) - 1
         use_bn = (last and last_bn) or (not last and hidden_bn)
-        stack.append(Linear(d, use_bias=not use_bn, name=f"{name}_fc{i + 1}", **kw))
+        stack.append(Linear(d, use_bias=bias and not use_bn, name=f"{name}_fc{i + 1}", **kw))
         if use_bn:
-            stack.append(batch_norm(synchronized_bn, name=f"{name}_bn{i + 1}", **kw))
+            affine = {} if not last or last_bn_affine else {"center": False, "scale": False}
+            stack.append(batch_norm(synchronized_bn, name=f"{name}_bn{i + 1}", **kw, **affine))
         if not last:
             stack.append(layers.ReLU(name=f"{name}_relu{i + 1}", **kw))
     return keras.Sequential(stack, name=name)

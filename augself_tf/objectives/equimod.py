@@ -95,7 +95,7 @@ class EquiMod(Objective):
 
     key = "equimod"
     weight_option = "equimod_weight"
-    methods = ("none", "simclr", "byol", "simsiam", "swav", "supervised")
+    methods = ("none", "simclr", "byol", "simsiam", "swav", "supervised", "mocov3")
 
     @dataclasses.dataclass(frozen=True)
     class Options:

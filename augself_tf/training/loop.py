@@ -134,10 +134,10 @@ def build_model(
 
     The backbone and method of ``cfg.model`` (the method's options completed from ``data`` by the method itself,
     :meth:`~augself_tf.methods.augself_model.AugSelfModel.complete_options`), built at the views' size, with the
-    batch-scaled SGD of ``cfg.lr`` and ``cfg.weight_decay`` over ``data.total_steps`` (after ``cfg.warmup_epochs`` of
-    warm-up). The backbone normalises
-    its input with ``input_mean`` / ``input_std`` (default: ``cfg.model``'s, else ImageNet's statistics). The
-    benchmarks time the step of this model (bench/common.py).
+    batch-scaled ``cfg.optimizer`` of ``cfg.lr`` and ``cfg.weight_decay`` over ``data.total_steps`` (after
+    ``cfg.warmup_epochs`` of warm-up, its share of the run kept when ``--max_steps`` cuts it). The backbone
+    normalises its input with ``input_mean`` / ``input_std`` (default: ``cfg.model``'s, else ImageNet's
+    statistics). The benchmarks time the step of this model (bench/common.py).
     """
     model_cfg = cfg.model
     if input_mean is None or input_std is None:
@@ -148,10 +148,15 @@ def build_model(
         model = model_cfg.build(options=options, input_mean=input_mean, input_std=input_std,
                                 synchronized_bn=replicas > 1, augment=cfg.augment)
         model.build_all(cfg.augment.image_size)
+        warmup = cfg.warmup_epochs * data.steps_per_epoch
+        full = cfg.epochs * data.steps_per_epoch
+        if data.total_steps < full:  # --max_steps cuts the run: its warm-up keeps its share, as the cosine does
+            warmup *= data.total_steps / full
         optimizer = build_optimizer(cfg.lr, cfg.batch_size, data.total_steps, mixed_precision=cfg.mixed_precision,
                                     weight_decay=cfg.weight_decay, decay_exclude=cfg.weight_decay_exclude,
-                                    warmup_steps=round(cfg.warmup_epochs * data.steps_per_epoch),
-                                    constant_lr_variables=model.constant_lr_variables())
+                                    warmup_steps=round(warmup),
+                                    constant_lr_variables=model.constant_lr_variables(), optimizer=cfg.optimizer,
+                                    weight_decay_end=cfg.weight_decay_end, clip_grad=cfg.clip_grad)
         model.compile(optimizer=optimizer)
         optimizer.build(model.optimized_variables())
     return model

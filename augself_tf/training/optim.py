@@ -18,16 +18,12 @@ import keras
 import tensorflow as tf
 
 from augself_tf.training.loss_scale import CrossReplicaLossScaleOptimizer
+from augself_tf.training.optimizer_parts import WEIGHT_DECAY_EXCLUDE, count_steps_per_replica, is_decayed
+from augself_tf.training.torch_optimizers import LARS, TorchAdamW
 
-#: --weight_decay_exclude's choices: ``none`` decays every variable (the paper's reference); ``1d`` leaves out every
-#: variable of at most one dimension (biases, BN and LayerNorm scales and offsets), the rule of MoCo v3's LARS, DINO's
-#: ``get_params_groups`` and solo-learn's ``exclude_bias_n_norm_wd``.
-WEIGHT_DECAY_EXCLUDE = ("none", "1d")
-
-
-def is_decayed(variable, exclude: str = "none") -> bool:
-    """Whether weight decay applies to ``variable`` under the ``exclude`` rule (:data:`WEIGHT_DECAY_EXCLUDE`)."""
-    return exclude == "none" or len(variable.shape) > 1
+#: --optimizer's choices: ``sgd`` (:class:`TorchSGD`, the paper's), ``adamw`` and ``lars`` (torch_optimizers.py: the
+#: ViT recipes' of MoCo v3 and DINO).
+OPTIMIZERS = ("sgd", "adamw", "lars")
 
 
 def warmup_cosine(peak_lr: float, total_steps: int, warmup_steps: int = 0) -> keras.optimizers.schedules.CosineDecay:
@@ -101,20 +97,7 @@ class TorchSGD(keras.optimizers.Optimizer):
         self._keep = keep
 
     def _count_steps_per_replica(self) -> None:
-        """Replaces Keras' step counter (aggregation ONLY_FIRST_REPLICA) by one with aggregation NONE, same name.
-
-        `apply` adds 1 to the counter in replica context. ONLY_FIRST_REPLICA makes that write a `merge_call`, and a
-        replica function compiled with XLA on GPUs runs without merge_call: there it raises (``merge_call called
-        while defining a new graph``). Every replica adds the same 1 from the same value, so each replica's own
-        copy stays equal without any cross-replica step; the checkpoint key (its path) is unchanged.
-
-        The Keras variable stays the same object and only its TensorFlow variable is made anew (inside the
-        strategy's scope, as the optimizer is built): replacing the object in the optimizer's tracked list would
-        make the model unsaveable by `tf.train.Checkpoint` ("Unable to save the object ListWrapper").
-        """
-        counter = self._iterations
-        counter._aggregation = "none"  # read by _initialize when it makes the tf.Variable
-        counter._initialize(0)
+        count_steps_per_replica(self)
 
     def build(self, variables: list) -> None:
         """Creates one momentum buffer per variable (zeros: the first step's buffer is g, as PyTorch's)."""
@@ -171,14 +154,36 @@ def build_optimizer(
     constant_lr_variables: Iterable[tf.Variable] = (),
     warmup_steps: int = 0,
     decay_exclude: str = "none",
+    optimizer: str = "sgd",
+    weight_decay_end: float | None = None,
+    clip_grad: float = 0.0,
 ) -> keras.optimizers.Optimizer:
-    """:class:`TorchSGD` over `total_steps`: a linear warm-up of `warmup_steps` to the batch-scaled learning rate,
-    then cosine decay to 0 (:func:`warmup_cosine`); the `constant_lr_variables` stay at that scaled rate throughout
-    (solo-learn and the reference keep SimSiam's predictor there from step 0). float16 wraps it in dynamic loss
-    scaling whose skip decision covers every replica's gradients (:class:`CrossReplicaLossScaleOptimizer`)."""
+    """The run's ``optimizer`` (:data:`OPTIMIZERS`) over `total_steps`: a linear warm-up of `warmup_steps` to the
+    batch-scaled learning rate, then cosine decay to 0 (:func:`warmup_cosine`); the `constant_lr_variables` stay at
+    that scaled rate throughout (solo-learn and the reference keep SimSiam's predictor there from step 0). ``sgd``
+    is :class:`TorchSGD` (coupled L2); ``adamw`` and ``lars`` (`torch_optimizers`) also take a weight-decay
+    schedule to ``weight_decay_end`` and per-variable clipping at ``clip_grad``. float16 wraps it in dynamic loss
+    scaling whose skip decision covers every replica's gradients (:class:`CrossReplicaLossScaleOptimizer`).
+
+    Raises:
+      ValueError: an unknown optimizer, or ``weight_decay_end`` / ``clip_grad`` with ``sgd``.
+    """
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose from {', '.join(OPTIMIZERS)}")
     lr = scaled_learning_rate(base_lr, global_batch_size)
-    optimizer = TorchSGD(warmup_cosine(lr, total_steps, warmup_steps), momentum=momentum, l2=weight_decay,
-                         constant_lr=lr, constant_lr_variables=constant_lr_variables, decay_exclude=decay_exclude)
+    schedule = warmup_cosine(lr, total_steps, warmup_steps)
+    constant = {"constant_lr": lr, "constant_lr_variables": constant_lr_variables}
+    if optimizer == "sgd":
+        if weight_decay_end is not None or clip_grad:
+            raise ValueError("--weight_decay_end and --clip_grad are for --optimizer=adamw or lars; sgd decays and "
+                             "steps as the paper's reference")
+        optimizer = TorchSGD(schedule, momentum=momentum, l2=weight_decay, decay_exclude=decay_exclude, **constant)
+    elif optimizer == "adamw":
+        optimizer = TorchAdamW(schedule, weight_decay=weight_decay, weight_decay_end=weight_decay_end,
+                               total_steps=total_steps, clip_grad=clip_grad, decay_exclude=decay_exclude, **constant)
+    else:
+        optimizer = LARS(schedule, weight_decay=weight_decay, weight_decay_end=weight_decay_end,
+                         total_steps=total_steps, momentum=momentum, clip_grad=clip_grad, **constant)
     if mixed_precision == "float16":
         optimizer = CrossReplicaLossScaleOptimizer(optimizer)
     return optimizer

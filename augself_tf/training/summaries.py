@@ -5,6 +5,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 from augself_tf.methods.model_config import augself_text
+from augself_tf.models.backbones import is_vit
+from augself_tf.models.vit import VIT_SIZES
 from augself_tf.objectives import enabled_objectives
 
 
@@ -46,6 +48,22 @@ def write_views(writer: tf.summary.SummaryWriter | None, batch: dict, step: int,
 _WHERE = {"host": "in the tf.data pipeline", "device": "batched in the training step, uint8 views"}
 
 
+def _backbone(model) -> str:
+    """``resnet18 width 0.25``, or a ViT by its patch (its width is its name's)."""
+    if not is_vit(model.backbone):
+        return f"{model.backbone} width {model.width}"
+    return f"{model.backbone} patch {model.patch_size or VIT_SIZES[model.backbone].patch}"
+
+
+def _decay(cfg) -> str:
+    """The optimizer and its weight decay, as the run applies them."""
+    if cfg.optimizer == "sgd":
+        return f"coupled L2 {cfg.weight_decay}"
+    end = "" if cfg.weight_decay_end is None else f" to {cfg.weight_decay_end} (cosine)"
+    clip = f", gradients clipped at {cfg.clip_grad} per variable" if cfg.clip_grad else ""
+    return f"{cfg.optimizer}, weight decay {cfg.weight_decay}{end}{clip}"
+
+
 def describe_run(
     cfg, replicas: int, num_examples: int, steps_per_epoch: int, total_steps: int, photometric: str = "host",
     input_statistics: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
@@ -64,10 +82,9 @@ def describe_run(
         norm = f"  input normalised with mean {mean}, std {std} (--input_mean, --input_std)\n"
     return (
         f"Pretraining {model.method} + AugSelf[{aug}] (λ={model.augself_weight}){condition} on {cfg.dataset}:"
-        f"{cfg.split} ({num_examples} images), {model.backbone} width {model.width} at {cfg.augment.image_size} px\n"
+        f"{cfg.split} ({num_examples} images), {_backbone(model)} at {cfg.augment.image_size} px\n"
         f"  photometric augmentations: {photometric} ({_WHERE[photometric]})\n{norm}"
         f"  global batch {cfg.batch_size} on {replicas} replica(s), {steps_per_epoch} steps/epoch, "
-        f"{total_steps} steps ({cfg.steps_per_execution} per call), lr {cfg.lr}×batch/256, coupled L2 "
-        f"{cfg.weight_decay}\n"
+        f"{total_steps} steps ({cfg.steps_per_execution} per call), lr {cfg.lr}×batch/256, {_decay(cfg)}\n"
         f"  model_dir {cfg.model_dir}"
     )

@@ -29,7 +29,7 @@ from augself_tf.methods import define_method_flags, method_options_from_flags, r
 from augself_tf.methods.model_config import ModelConfig
 from augself_tf.runtime.strategy import STRATEGIES
 from augself_tf.training.knn import DEFAULT_K, DEFAULT_TEMPERATURE
-from augself_tf.training.optim import WEIGHT_DECAY_EXCLUDE
+from augself_tf.training.optim import OPTIMIZERS, WEIGHT_DECAY_EXCLUDE
 
 #: --steps_per_execution's default: chosen per device when the strategy is known (resolve_steps_per_execution).
 AUTO_STEPS = "auto"
@@ -76,7 +76,16 @@ class TrainConfig:
                                          "the initialised network: a never-trained floor).",
                                      minimum=0)
     lr: float = option(0.03, "Base learning rate, scaled by batch/256.", above=0)
-    weight_decay: float = option(5e-4, "Coupled L2 coefficient (PyTorch SGD semantics).", minimum=0)
+    optimizer: str = option("sgd", "Optimizer with PyTorch's semantics: sgd (momentum 0.9, coupled L2: the paper's), "
+                                   "adamw (torch's AdamW: MoCo v3's and DINO's ViT recipes) or lars (MoCo v3's).",
+                            choices=OPTIMIZERS)
+    weight_decay: float = option(5e-4, "Weight decay: coupled L2 with sgd (PyTorch SGD semantics), decoupled with "
+                                       "adamw, LARS's (before its trust ratio) with lars.", minimum=0)
+    weight_decay_end: float | None = option(None, "adamw/lars: the weight decay reached at the last step on a "
+                                                  "per-step cosine from --weight_decay (DINO: 0.04 to 0.4); unset: "
+                                                  "constant.", minimum=0)
+    clip_grad: float = option(0.0, "adamw/lars: clip each variable's gradient to this norm, after the replicas' sum "
+                                   "(DINO's clip_gradients: 3.0); 0: off.", minimum=0)
     weight_decay_exclude: str = option("none", "Variables the weight decay skips: 'none' (every variable, as the "
                                                "paper's reference) or '1d' (biases and BN scales and offsets: "
                                                "every variable of at most one dimension, as MoCo v3, DINO and "

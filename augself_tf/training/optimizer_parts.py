@@ -1,0 +1,33 @@
+"""What every optimizer of training/ shares: the weight-decay exclusion rule and the per-replica step counter
+(:class:`~augself_tf.training.optim.TorchSGD`, and AdamW and LARS in `torch_optimizers`)."""
+
+from __future__ import annotations
+
+import keras
+
+#: --weight_decay_exclude's choices: ``none`` decays every variable (the paper's reference); ``1d`` leaves out every
+#: variable of at most one dimension (biases, BN and LayerNorm scales and offsets), the rule of MoCo v3's LARS, DINO's
+#: ``get_params_groups`` and solo-learn's ``exclude_bias_n_norm_wd``.
+WEIGHT_DECAY_EXCLUDE = ("none", "1d")
+
+
+def is_decayed(variable, exclude: str = "none") -> bool:
+    """Whether weight decay applies to ``variable`` under the ``exclude`` rule (:data:`WEIGHT_DECAY_EXCLUDE`)."""
+    return exclude == "none" or len(variable.shape) > 1
+
+
+def count_steps_per_replica(optimizer: keras.optimizers.Optimizer) -> None:
+    """Replaces Keras' step counter (aggregation ONLY_FIRST_REPLICA) by one with aggregation NONE, same name.
+
+    `apply` adds 1 to the counter in replica context. ONLY_FIRST_REPLICA makes that write a `merge_call`, and a
+    replica function compiled with XLA on GPUs runs without merge_call: there it raises (``merge_call called
+    while defining a new graph``). Every replica adds the same 1 from the same value, so each replica's own
+    copy stays equal without any cross-replica step; the checkpoint key (its path) is unchanged.
+
+    The Keras variable stays the same object and only its TensorFlow variable is made anew (inside the
+    strategy's scope, as the optimizer is built): replacing the object in the optimizer's tracked list would
+    make the model unsaveable by `tf.train.Checkpoint` ("Unable to save the object ListWrapper").
+    """
+    counter = optimizer._iterations
+    counter._aggregation = "none"  # read by _initialize when it makes the tf.Variable
+    counter._initialize(0)

@@ -1,0 +1,227 @@
+"""AdamW and LARS (augself_tf/training/torch_optimizers.py) step by step against NumPy transcriptions of
+`torch.optim.AdamW` (`_single_tensor_adamw`), MoCo v3's `moco/optimizer.py` LARS, DINO's `clip_gradients` and
+`cosine_scheduler`, under MoCo v3's warm-up + cosine learning rate; then the same steps through the float16
+loss-scale wrapper on 2 replicas. Keras' own AdamW fails the AdamW comparison (its ε), so the test can fail."""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from augself_tf.training.optim import build_optimizer, scaled_learning_rate
+
+STEPS, WARMUP, BASE_LR, WD, WD_END, CLIP = 20, 4, 0.05, 0.1, 0.4, 0.5
+
+
+def _a(rng: np.random.Generator) -> np.ndarray:
+    return np.diag(rng.uniform(0.5, 2.0, 6))
+
+
+def _grad(p: np.ndarray, a: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    """d/dp of ½·pᵀAp + Σp over the flattened p, times `scale`: a gradient that depends on where the trajectory is."""
+    return (scale * (a @ p.reshape(6) + 1.0)).reshape(p.shape)
+
+
+def _p0(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {"kernel": rng.normal(size=(2, 3)).astype(np.float32), "bias": rng.normal(size=6).astype(np.float32)}
+
+
+def moco_v3_lr(step: int) -> float:
+    """main_moco.py adjust_learning_rate per iteration (one step an epoch here), lr scaled by batch/256 = 1."""
+    lr = scaled_learning_rate(BASE_LR, 256)
+    if step < WARMUP:
+        return lr * step / WARMUP
+    return lr * 0.5 * (1.0 + math.cos(math.pi * (step - WARMUP) / (STEPS - WARMUP)))
+
+
+def dino_wd(step: int, end: float | None) -> float:
+    """utils.cosine_scheduler(WD, end, epochs, niter_per_ep) without warm-up, at iteration `step`."""
+    if end is None:
+        return WD
+    return end + 0.5 * (WD - end) * (1.0 + math.cos(math.pi * step / STEPS))
+
+
+def dino_clip(g: np.ndarray, clip: float) -> np.ndarray:
+    """utils.clip_gradients for one parameter."""
+    coef = clip / (np.linalg.norm(g) + 1e-6)
+    return g * coef if coef < 1 else g
+
+
+def torch_adamw(p, state, g, lr, wd, step, b1=0.9, b2=0.999, eps=1e-8):
+    """torch/optim/adamw.py _single_tensor_adamw (amsgrad off, maximize off)."""
+    m, v = state if state is not None else (np.zeros_like(p), np.zeros_like(p))
+    p = p * (1 - lr * wd)
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step
+    denom = np.sqrt(v) / math.sqrt(bc2) + eps
+    return p - lr / bc1 * m / denom, (m, v)
+
+
+def moco_v3_lars(p, mu, g, lr, wd, momentum=0.9, trust=0.001):
+    """moco/optimizer.py LARS.step for one parameter."""
+    dp = g
+    if p.ndim > 1:
+        dp = dp + wd * p
+        param_norm, update_norm = np.linalg.norm(p), np.linalg.norm(dp)
+        q = trust * param_norm / update_norm if param_norm > 0 and update_norm > 0 else 1.0
+        dp = dp * q
+    mu = (np.zeros_like(p) if mu is None else mu) * momentum + dp
+    return p - lr * mu, mu
+
+
+def reference(kind: str, p0: dict, a: np.ndarray, *, exclude_1d: bool, wd_end: float | None, clip: float,
+              scale: float = 1.0) -> dict:
+    params = {k: v.astype(np.float64) for k, v in p0.items()}
+    state = dict.fromkeys(p0)
+    for step in range(STEPS):
+        lr, wd = moco_v3_lr(step), dino_wd(step, wd_end)
+        for k in params:
+            g = _grad(params[k], a, scale)
+            if clip:
+                g = dino_clip(g, clip)
+            if kind == "adamw":
+                decay = 0.0 if exclude_1d and params[k].ndim <= 1 else wd
+                params[k], state[k] = torch_adamw(params[k], state[k], g, lr, decay, step + 1)
+            else:
+                params[k], state[k] = moco_v3_lars(params[k], state[k], g, lr, wd)
+    return params
+
+
+def _optimizer(kind: str, *, exclude_1d: bool, wd_end: float | None, clip: float, mixed_precision=None):
+    return build_optimizer(BASE_LR, 256, STEPS, optimizer=kind, weight_decay=WD, weight_decay_end=wd_end,
+                           clip_grad=clip, warmup_steps=WARMUP, decay_exclude="1d" if exclude_1d else "none",
+                           mixed_precision=mixed_precision)
+
+
+def ours(optimizer, p0: dict, a: np.ndarray, scale: float = 1.0) -> dict:
+    variables = {k: keras.Variable(v, name=k) for k, v in p0.items()}
+    optimizer.build(list(variables.values()))
+    for _ in range(STEPS):
+        optimizer.apply([tf.constant(_grad(v.numpy(), a, scale).astype(np.float32)) for v in variables.values()],
+                        list(variables.values()))
+    return {k: v.numpy() for k, v in variables.items()}
+
+
+@pytest.mark.parametrize("kind", ["adamw", "lars"])
+@pytest.mark.parametrize("exclude_1d,wd_end,clip", [(False, None, 0.0), (True, WD_END, CLIP)],
+                         ids=["moco_v3", "dino_schedule_and_clip"])
+def test_matches_the_torch_optimizer_step_by_step(kind, exclude_1d, wd_end, clip):
+    rng = np.random.default_rng(0)
+    a, p0 = _a(rng), _p0(rng)
+    ref = reference(kind, p0, a, exclude_1d=exclude_1d, wd_end=wd_end, clip=clip)
+    got = ours(_optimizer(kind, exclude_1d=exclude_1d, wd_end=wd_end, clip=clip), p0, a)
+    for k in p0:
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    # Each switch matters: the reference without it ends elsewhere.
+    other = reference(kind, p0, a, exclude_1d=not exclude_1d, wd_end=None if wd_end else WD_END,
+                      clip=0.0 if clip else CLIP)
+    assert max(np.abs(other[k] - ref[k]).max() for k in p0) > 1e-4
+
+
+def test_keras_adamw_fails_the_same_comparison():
+    """Keras adds ε to √v before the bias correction: with small gradients (√v near ε) it is another step."""
+    rng = np.random.default_rng(0)
+    a, p0 = _a(rng), _p0(rng)
+    scale = 1e-7
+    ref = reference("adamw", p0, a, exclude_1d=False, wd_end=None, clip=0.0, scale=scale)
+    np.testing.assert_allclose(ours(_optimizer("adamw", exclude_1d=False, wd_end=None, clip=0.0), p0, a, scale)
+                               ["kernel"], ref["kernel"], rtol=1e-5, atol=1e-6)
+    schedule = keras.optimizers.schedules.CosineDecay(0.0, STEPS - WARMUP, warmup_target=BASE_LR,
+                                                      warmup_steps=WARMUP)
+    keras_adamw = keras.optimizers.AdamW(schedule, weight_decay=WD, epsilon=1e-8)
+    got = ours(keras_adamw, p0, a, scale)
+    assert np.abs(got["kernel"] - ref["kernel"]).max() > 1e-4
+
+
+def test_weight_decay_end_and_clip_are_refused_with_sgd():
+    for kwargs in ({"weight_decay_end": 0.4}, {"clip_grad": 3.0}):
+        with pytest.raises(ValueError, match="^--weight_decay_end and --clip_grad are for --optimizer=adamw or lars"):
+            build_optimizer(0.1, 256, 10, **kwargs)
+    with pytest.raises(ValueError, match="unknown optimizer 'adam'"):
+        build_optimizer(0.1, 256, 10, optimizer="adam")
+
+
+@pytest.mark.parametrize("kind", ["adamw", "lars"])
+def test_two_replicas_under_the_float16_loss_scale_wrapper_take_the_reference_steps(kind):
+    """Each replica holds half the gradient (their sum the whole), scaled by the loss scale as `scale_loss` makes
+    it; after a step with an overflow on replica 1 alone (skipped on both), the run still follows the reference."""
+    from conftest import mirrored_cpus
+
+    rng = np.random.default_rng(3)
+    a, p0 = _a(rng), _p0(rng)
+    ref = reference(kind, p0, a, exclude_1d=True, wd_end=WD_END, clip=CLIP)
+    strategy = mirrored_cpus("one_device")
+    with strategy.scope():
+        variables = [keras.Variable(p0[k], name=k) for k in p0]
+        optimizer = _optimizer(kind, exclude_1d=True, wd_end=WD_END, clip=CLIP, mixed_precision="float16")
+        optimizer.build(variables)
+
+    @tf.function
+    def step(overflow: tf.Tensor):
+        def replica():
+            scale = tf.convert_to_tensor(optimizer.dynamic_scale.value)
+            grads = []
+            for v in variables:
+                g = _grad_tf(tf.convert_to_tensor(v.value), a) * 0.5 * scale
+                replica_id = tf.distribute.get_replica_context().replica_id_in_sync_group
+                bad = tf.logical_and(overflow, tf.equal(replica_id, 1))
+                grads.append(tf.where(bad, tf.fill(tf.shape(g), np.inf), g))
+            optimizer.apply(grads, variables)
+        strategy.run(replica)
+
+    step(tf.constant(True))  # skipped everywhere: nothing moves, the scale halves
+    for k, v in zip(p0, variables, strict=True):
+        np.testing.assert_array_equal(v.numpy(), p0[k])
+    for _ in range(STEPS):
+        step(tf.constant(False))
+    # The skipped step still counts in the schedule's step (as TorchSGD under the wrapper): compare from step 1.
+    shifted = reference_shifted(kind, p0, a)
+    for k, v in zip(p0, variables, strict=True):
+        for value in [np.asarray(x) for x in v.value.values]:
+            np.testing.assert_allclose(value, shifted[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    assert not all(np.allclose(shifted[k], ref[k]) for k in p0)  # the shift is visible: the comparison is exact
+
+
+def _grad_tf(p: tf.Tensor, a: np.ndarray) -> tf.Tensor:
+    flat = tf.reshape(p, [6])
+    return tf.reshape(tf.linalg.matvec(tf.constant(a, tf.float32), flat) + 1.0, tf.shape(p))
+
+
+def reference_shifted(kind: str, p0: dict, a: np.ndarray) -> dict:
+    """The reference run of `STEPS` steps whose schedules start one step late (a skipped step counts in
+    `iterations`, so lr, wd and AdamW's bias correction see steps 1..STEPS)."""
+    params = {k: v.astype(np.float64) for k, v in p0.items()}
+    state = dict.fromkeys(p0)
+    for step in range(1, STEPS + 1):
+        lr = moco_v3_lr(step)
+        wd = dino_wd(step, WD_END)
+        for k in params:
+            g = dino_clip(_grad(params[k], a), CLIP)
+            if kind == "adamw":
+                params[k], state[k] = torch_adamw(params[k], state[k], g, lr, 0.0 if params[k].ndim <= 1 else wd,
+                                                  step + 1)
+            else:
+                params[k], state[k] = moco_v3_lars(params[k], state[k], g, lr, wd)
+    return params
+
+
+def test_max_steps_keeps_the_warmups_share_of_the_run():
+    """A run cut by --max_steps compresses its warm-up with its cosine: 2 of 10 epochs (20 of 100 steps) become 4
+    of the 20 steps run, where the uncut warm-up would outlast the run (a smoke run of a ViT flagfile)."""
+    from helpers import tiny_run
+
+    from augself_tf.methods.augself_model import PretrainData
+    from augself_tf.training.loop import build_model
+
+    cfg = tiny_run("unused", warmup_epochs=2, epochs=10, max_steps=20, optimizer="adamw")
+    data = PretrainData("shapes", 160, 0, cfg.batch_size, total_steps=20, steps_per_epoch=10)
+    model = build_model(cfg, tf.distribute.get_strategy(), data)
+    lrs = [float(model.optimizer._learning_rate(i)) for i in range(20)]
+    peak = scaled_learning_rate(cfg.lr, cfg.batch_size)
+    np.testing.assert_allclose(lrs[:5], [peak * i / 4 for i in range(5)], rtol=1e-6)
+    assert lrs[5] < peak and type(model.optimizer).__name__ == "TorchAdamW"
