@@ -106,9 +106,10 @@ class EquiMod(Objective):
                                            "layers)")
         equimod_dim: int = option(128, "EquiMod: size of y, of the predictor's output and of the ω embedding")
         equimod_temperature: float = option(0.2, "EquiMod: softmax temperature of its NT-Xent")
-        equimod_control: str = option("none", "EquiMod: a control in the method's place: 'negatives' (no x0, no ω: "
-                                              "the NT-Xent between the two views' heads alone) or 'shuffled_omega' "
-                                              "(each view gets another image's ω); 'none' is EquiMod",
+        equimod_control: str = option("none", "EquiMod: a control run in EquiMod's place: 'negatives' (no x0, no "
+                                              "ω: the NT-Xent between the two views' heads alone) or "
+                                              "'shuffled_omega' (each view gets another image's ω); 'none' is "
+                                              "EquiMod",
                                       choices=CONTROLS)
 
     def __init__(self, options=None, **kwargs) -> None:
