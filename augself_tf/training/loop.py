@@ -16,11 +16,8 @@ import tensorflow as tf
 
 from augself_tf.augment import PHOTOMETRIC_MODES, finish_views
 from augself_tf.augment.views import check_pair_batch
-from augself_tf.data.eval_view import preprocess
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source, pair_records, source_info
-from augself_tf.export.precise_bn import recompute_bn_statistics, single_device_copy
-from augself_tf.export.saved_model import export_backbone
 from augself_tf.image_statistics import IMAGENET_MEAN, IMAGENET_STD
 from augself_tf.methods import METHODS, derived_options, view_plan
 from augself_tf.methods.augself_model import AugSelfModel, PretrainData
@@ -45,6 +42,7 @@ from augself_tf.training.health import NonFiniteLossError, advice, make_state_ch
 from augself_tf.training.hparams import write_run_hparams
 from augself_tf.training.monitors import build_monitors, plan_monitors
 from augself_tf.training.optim import build_optimizer
+from augself_tf.training.run_exports import export_run
 from augself_tf.training.train_config import TrainConfig
 
 __all__ = ["NonFiniteLossError", "TrainConfig", "TrainResult", "build_model", "distributed_pairs", "train"]
@@ -165,23 +163,6 @@ def build_model(
 def _log(cfg: TrainConfig, msg: str) -> None:
     if cfg.verbose:
         print(msg, flush=True)
-
-
-def _export_precise_bn(cfg: TrainConfig, model: AugSelfModel, path: str) -> None:
-    """Exports a single-device copy of the backbone whose BN statistics are recomputed on the first
-    ``cfg.precise_bn_images`` images of the pretraining split, eval-preprocessed at the run's size
-    (augself_tf/export/precise_bn.py); the run's model and its own export keep the running statistics."""
-    size = cfg.augment.image_size
-    images = load_source(cfg.dataset, cfg.split, data_dir=cfg.data_dir).take(cfg.precise_bn_images)
-    images = images.map(lambda ex: preprocess(ex["image"], size), num_parallel_calls=tf.data.AUTOTUNE)
-    # Whole batches only, as fvcore's update_bn_stats, unless the images do not fill one.
-    batch = min(cfg.batch_size, cfg.precise_bn_images)
-    backbone = single_device_copy(model.backbone)
-    batches = recompute_bn_statistics(backbone, images.batch(batch, drop_remainder=True))
-    if not batches:
-        raise ValueError(f"--precise_bn_images: '{cfg.dataset}' split '{cfg.split}' has fewer than {batch} images")
-    export_backbone(backbone, path, model.exported_features())
-    _log(cfg, f"SavedModel with BN statistics of {batches} batches of {batch} images: {path}")
 
 
 def check_model_dir(model_dir: str) -> None:
@@ -400,10 +381,7 @@ def _train(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> T
     if lock is not None:
         lock.check()
     if cfg.export and chief:
-        saved_model_dir = export_backbone(model.backbone, os.path.join(model_dir, "saved_model"),
-                                          model.exported_features())
-        if cfg.precise_bn_images:
-            _export_precise_bn(cfg, model, os.path.join(model_dir, "saved_model_precise_bn"))
+        saved_model_dir = export_run(cfg, model, model_dir, lambda msg: _log(cfg, msg))
     if not chief:  # the scratch checkpoints only served the collective saves
         shutil.rmtree(write_dir, ignore_errors=True)
     if cfg.verbose:
