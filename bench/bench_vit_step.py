@@ -20,21 +20,12 @@ import keras
 import tensorflow as tf
 
 from augself_tf.models import backbones
+from bench import common
 
 
 def stepper(model: keras.Model):
     """One traced training step of `model` on mean(f²) with momentum SGD."""
-    optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
-
-    @tf.function
-    def step(x):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.square(model(x, training=True)))
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply(grads, model.trainable_variables)
-        return loss
-
-    return step
+    return common.mean_square_step(model, keras.optimizers.SGD(0.01, momentum=0.9))
 
 
 def main() -> None:

@@ -116,6 +116,21 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
+def mean_square_step(model: keras.Model, optimizer: keras.optimizers.Optimizer) -> Callable[[tf.Tensor], tf.Tensor]:
+    """One traced step of ``model`` alone: forward, backward and ``optimizer``'s update of mean(f²) (a backbone's
+    cost without any method's heads or loss)."""
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x, training=True)))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply(grads, model.trainable_variables)
+        return loss
+
+    return step
+
+
 def synthetic_batch(batch_size: int, image_size: int, seed: int = 0, views: int = 2) -> dict:
     """A pretraining batch (see docs/architecture.md) of ``views`` uniform noise views and plausible ω, in memory
     (LooC's plan has more than two views; a copied ω is drawn afresh, which changes no step's cost)."""

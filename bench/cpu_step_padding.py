@@ -85,17 +85,7 @@ class BackboneStep:
         self.optimizer.build(self.model.trainable_variables)
         self.x = tf.random.stateless_uniform([batch_size, image_size, image_size, 3], seed=[0, 1])
         self.batch_size = batch_size
-        model, optimizer = self.model, self.optimizer
-
-        @tf.function
-        def step(x):
-            with tf.GradientTape() as tape:
-                loss = tf.reduce_mean(tf.square(model(x, training=True)))
-            grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply(grads, model.trainable_variables)
-            return loss
-
-        self._step = step
+        self._step = common.mean_square_step(self.model, self.optimizer)
 
     def run(self) -> common.Timing:
         t0, c0 = time.perf_counter(), time.process_time()
