@@ -124,7 +124,7 @@ class TorchSGD(keras.optimizers.Optimizer):
         g = tf.cast(gradient, variable.dtype)
         if self.l2 and self._is_decayed[i]:
             g = g + tf.cast(self.l2, variable.dtype) * variable
-        held = self.held.now(variable, self.iterations)
+        held = self.held.now(i, self.iterations)
         if self._keep is not None or held is not None:
             self._gated_update(g, variable, lr, i, held)
             return

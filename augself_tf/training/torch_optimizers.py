@@ -52,18 +52,25 @@ class HeldVariables:
     def __init__(self, variables: Iterable[tf.Variable] = (), steps: int = 0) -> None:
         self.ids = {id(v) for v in variables}
         self.steps = int(steps) if self.ids else 0
+        self.by_index: list[bool] = []
         if self.steps < 0:
             raise ValueError(f"held steps must be >= 0, got {steps}")
 
-    def check(self, variables: list) -> None:
-        """Raises ValueError unless every held variable is one the optimizer updates."""
-        missing = len(self.ids) - sum(id(v) in self.ids for v in variables)
-        if missing:
-            raise ValueError(f"{missing} held variables are not among the optimized variables")
+    def check(self, variables: list) -> list[bool]:
+        """Whether each of the optimizer's ``variables`` is held (by its index, as `update_step` finds it).
 
-    def now(self, variable, iterations: tf.Variable) -> tf.Tensor | None:
-        """True while ``variable`` is held at this step; None for a variable that never is."""
-        if not self.steps or id(variable) not in self.ids:
+        Raises:
+          ValueError: a held variable the optimizer does not update.
+        """
+        held = [id(v) in self.ids for v in variables]
+        if len(self.ids) != sum(held):
+            raise ValueError(f"{len(self.ids) - sum(held)} held variables are not among the optimized variables")
+        self.by_index = held
+        return held
+
+    def now(self, index: int, iterations: tf.Variable) -> tf.Tensor | None:
+        """True while variable ``index`` is held at this step; None for a variable that never is."""
+        if not self.steps or not self.by_index[index]:
             return None
         return tf.less(iterations, self.steps)
 
@@ -203,7 +210,7 @@ class TorchAdamW(_TorchStyle):
     def update_step(self, gradient, variable, learning_rate) -> None:
         i, g, lr, wd = self._prepare(gradient, variable, learning_rate)
         dtype = variable.dtype
-        held = self.held.now(variable, self.iterations)
+        held = self.held.now(i, self.iterations)
         # torch's step after its increment, counted from the variable's first update (a held one's starts late)
         t = tf.cast(self.iterations + 1 - (self.held.steps if held is not None else 0), dtype)
         t = tf.maximum(t, 1.0)  # a held variable's value is not written while t would be below 1
@@ -258,7 +265,7 @@ class LARS(_TorchStyle):
             param_norm, update_norm = tf.norm(variable), tf.norm(g)
             ratio = self.trust_coefficient * param_norm / tf.where(update_norm > 0, update_norm, 1.0)
             g = g * tf.where((param_norm > 0) & (update_norm > 0), ratio, tf.ones_like(ratio))
-        held = self.held.now(variable, self.iterations)
+        held = self.held.now(i, self.iterations)
         mu = tf.cast(self.momentum, variable.dtype) * self.momentums[i] + g
         self._write(self.momentums[i], mu, held)
         self._write(variable, variable - lr * mu, held)
