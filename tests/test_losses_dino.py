@@ -1,4 +1,4 @@
-"""DINO's loss (augself_tf/losses/dino.py) against a NumPy transcription of ``DINOLoss.forward`` and
+"""DINO's loss (augself_tf/losses/dino_distillation.py) against a NumPy transcription of ``DINOLoss.forward`` and
 ``update_center`` (facebookresearch/dino main_dino.py), in float64: the skipped same-view pairs, the center, the
 temperatures; no gradient into the teacher; the center's batch mean over 2 replicas equal to one device's."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from augself_tf.losses.dino import dino_cross_entropy, global_batch_mean, updated_center
+from augself_tf.losses.dino_distillation import dino_cross_entropy, global_batch_mean, updated_center
 
 
 def np_log_softmax(x: np.ndarray) -> np.ndarray:

@@ -3,10 +3,10 @@ facebookresearch/dino ``main_dino.py``, ``vision_transformer.py`` `DINOHead`, ``
 
 Self-distillation without labels: a student (the online backbone and `DINOHead`) learns to give every crop of an
 image the teacher's centred, sharpened distribution over K outputs, the teacher seeing only the global crops
-(`augself_tf.losses.dino`). The teacher is the EMA of the student, backbone and head, with m on a per-step cosine
-from ``teacher_momentum`` to 1 (``utils.cosine_scheduler``); it runs without drop-path (a ViT teacher is called in
-inference mode, which only turns drop-path off; a ResNet teacher keeps its batch statistics, as DINO's in train
-mode). The center is an EMA of the teacher outputs' global batch mean, updated after the step. τ_t is warmed up
+(`augself_tf.losses.dino_distillation`). The teacher is the EMA of the student, backbone and head, with m on a
+per-step cosine from ``teacher_momentum`` to 1 (``utils.cosine_scheduler``); it runs without drop-path (a ViT teacher
+is called in inference mode, which only turns drop-path off; a ResNet teacher keeps its batch statistics, as DINO's
+in train mode). The center is an EMA of the teacher outputs' global batch mean, updated after the step. τ_t is warmed up
 linearly per epoch (``teacher_temp_schedule[epoch]``). The head's last layer is left out of the optimizer's update
 for the first ``freeze_last_layer_epochs`` (`held_variables`; zero gradients would still decay it under AdamW).
 
@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from augself_tf.augment.views import ViewPlan, ViewSpec
 from augself_tf.flag_fields import declared_options, option
-from augself_tf.losses.dino import dino_cross_entropy, global_batch_mean, updated_center
+from augself_tf.losses.dino_distillation import dino_cross_entropy, global_batch_mean, updated_center
 from augself_tf.methods.augself_model import Forward
 from augself_tf.methods.mocov3 import ASYMMETRIC_VIEWS
 from augself_tf.methods.momentum import MomentumMethod, cosine_tau
