@@ -39,11 +39,12 @@ class RunStart:
     """What the start of a run settled, for the stages after it.
 
     Attributes:
-      cfg: the run's settings, resolved: ``photometric`` and ``steps_per_execution`` (``auto`` made what this
-        machine runs), ``model_dir`` (its default named), and the method options the run derived when it began
-        (run.json's).
+      cfg: the run's settings, resolved: ``photometric`` (``auto`` made ``host`` or ``device``), ``model_dir``
+        (its default named), and the method options the run derived when it began (run.json's).
       strategy: the run's `tf.distribute.Strategy`; ``chief``: whether this process writes the run's files.
       compile_mode: what ``--jit_compile`` compiles on these replicas (None: off).
+      steps_per_execution: steps per call, ``cfg.steps_per_execution`` resolved for these replicas (its one
+        resolution: the loop's `DistributedSteps` holds it).
       info: the pretraining split; ``data``: what a method derives its options from, with the run's length.
       monitor_plan: the monitors the flags ask for (None: none).
       input_mean, input_std: what the backbone normalises with.
@@ -58,6 +59,7 @@ class RunStart:
     strategy: tf.distribute.Strategy
     chief: bool
     compile_mode: bool | str | None
+    steps_per_execution: int
     info: SourceInfo
     data: PretrainData
     monitor_plan: Any
@@ -144,9 +146,8 @@ def prepare(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> 
     strategy = make_strategy(cfg.strategy, cfg.cpu_replicas, cfg.tpu)
     stop.reinstall()  # a multi-worker strategy's runtime takes SIGTERM over below Python: take it back
     cfg = dataclasses.replace(cfg, photometric=resolve_photometric(cfg.photometric),
-                              steps_per_execution=resolve_steps_per_execution(cfg.steps_per_execution, strategy,
-                                                                              cfg.log_every),
                               model_dir=cfg.resolved_model_dir())
+    steps_per_execution = resolve_steps_per_execution(cfg.steps_per_execution, strategy, cfg.log_every)
     replicas = strategy.num_replicas_in_sync
     if cfg.batch_size % replicas:
         raise ValueError(f"global batch size {cfg.batch_size} is not divisible by the {replicas} replicas")
@@ -185,7 +186,7 @@ def prepare(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> 
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(
             cfg.model, method_options={**cfg.model.method_options, **reused}))
     derived = {**derived_options(cfg.model.method, cfg.model.method_options, data), **reused}
-    return RunStart(cfg, strategy, chief, mode, info, data, monitor_plan, input_mean,
+    return RunStart(cfg, strategy, chief, mode, steps_per_execution, info, data, monitor_plan, input_mean,
                     input_std, model_settings, derived, model_dir, write_dir, lock, log, started)
 
 

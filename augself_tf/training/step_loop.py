@@ -24,7 +24,7 @@ from augself_tf.runtime.preemption import Preempted, StopSignals
 from augself_tf.training import summaries
 from augself_tf.training.agreement import StopAgreement
 from augself_tf.training.checkpoint_files import LIMIT, save_verified
-from augself_tf.training.distributed_step import DistributedSteps, StepLogs, steps_in_call
+from augself_tf.training.distributed_step import DistributedSteps, StepLogs
 from augself_tf.training.health import NonFiniteLossError, advice, make_state_check
 from augself_tf.training.hparams import write_run_hparams
 from augself_tf.training.monitors import build_monitors
@@ -63,7 +63,7 @@ class StepLoop:
         self.nonfinite_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_step")
         self.stops = StopAgreement(start.strategy, stop)  # several workers stop at one agreed step
         self.run_steps = DistributedSteps(start.strategy, self.model, start.compile_mode, self.nonfinite_step,
-                                          self.stops.request)
+                                          self.stops.request, start.steps_per_execution)
         self.bad_variable = make_state_check(restored.state)
         self.what_to_do = advice(cfg.lr, cfg.batch_size, cfg.model.augself_weight,
                                  {t.name: t.weight for t in cfg.model.augself})
@@ -71,7 +71,8 @@ class StepLoop:
         if self.writer is not None and self.step == 0:  # once per run: a resumed run is the same HParams session
             write_run_hparams(self.writer, cfg, trial_id=os.path.basename(start.model_dir))
         start.log(summaries.describe_run(cfg, start.replicas, start.info.num_examples, self.steps_per_epoch,
-                                         self.total_steps, cfg.photometric, (start.input_mean, start.input_std)))
+                                         self.total_steps, cfg.photometric, (start.input_mean, start.input_std),
+                                         start.steps_per_execution))
         # In a log file: about 50 lines per run, each on a logging step so its losses are fresh.
         self.progress = Progress(self.total_steps, "pretrain", enabled=bool(cfg.verbose), line_multiple=cfg.log_every)
         self.monitors = None
@@ -130,7 +131,7 @@ class StepLoop:
                 self.writer, finish_views(local(batch)[0], self.cfg.augment), 0)
         self.stops.arm()
         # Dispatched; nothing below waits for it except at log and save points.
-        steps = steps_in_call(self.step, self.cfg.steps_per_execution, self.total_steps, cadences)
+        steps = self.run_steps.call_size(self.step, self.total_steps, cadences)
         logs, ran = self.run_steps(iterator, steps, peek)
         signum = self.stops.stop_signal(logs)  # several workers: the previous call's agreed request
         self.step += ran
