@@ -68,12 +68,21 @@ class EvalCall:
     dataset: str  # logical name (see dataset_spec)
     image_size: int
     flags: tuple[str, ...] = ()
+    # The export the call reads, when not the arm's own choice (Arm.saved_model): "saved_model" on an arm that
+    # recomputes its BN statistics reads the running statistics training left, to measure what recomputing moved.
+    export: str = ""
+
+    def settings(self) -> dict:
+        """The call as plain JSON, part of its arm's settings (``export`` only when set, so the calls that read
+        the arm's own export keep the ids they had before the field existed)."""
+        out = dataclasses.asdict(self) | {"flags": list(self.flags)}
+        return out if self.export else {k: v for k, v in out.items() if k != "export"}
 
     @property
     def key(self) -> str:
         """``<name>-<8 hex digits of the call's hash>``: where a run directory keeps the call's output, so a call
         whose flags change is redone while the others (and the training) are kept."""
-        return f"{self.name}-{settings_hash(dataclasses.asdict(self) | {'flags': list(self.flags)})}"
+        return f"{self.name}-{settings_hash(self.settings())}"
 
     def args(self, data_dir: str) -> list[str]:
         """eval_main arguments except --saved_model and --output."""
@@ -109,6 +118,10 @@ class Arm:
         """The export its evaluations read: ``saved_model_precise_bn`` when the arm recomputes its BN statistics
         (``--precise_bn_images``, the comparisons' arms), else the run's own ``saved_model``."""
         return "saved_model_precise_bn" if "precise_bn_images" in dict(self.train_flags) else "saved_model"
+
+    def export_of(self, call: EvalCall) -> str:
+        """The export ``call`` reads: its own ``export`` when set, else :attr:`saved_model`."""
+        return call.export or self.saved_model
 
     @property
     def variant(self) -> str:
@@ -151,7 +164,7 @@ class Arm:
             "seed": self.seed,
             "budget": dataclasses.asdict(self.budget),
             "train_flags": dict(self.train_flags),
-            "evals": [dataclasses.asdict(e) | {"flags": list(e.flags)} for e in self.evals],
+            "evals": [e.settings() for e in self.evals],
         } | ({"suite": self.suite} if self.suite else {})
 
     @property

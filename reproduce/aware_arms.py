@@ -58,6 +58,8 @@ def pilot_score(entry: dict) -> float:
 def views_per_image(arm: Arm) -> str:
     """The table's N of an arm: 2 for the two-view methods, ± AugSelf or CASSLE; each family member's own."""
     flags = dict(arm.train_flags)
+    if flags.get("equimod_control") == "negatives":  # the control that leaves x0 out
+        return "2"
     return next((VIEWS_PER_IMAGE[n] for n, (flag, _) in OBJECTIVE_FLAGS.items() if flag in flags), "2")
 
 
@@ -80,7 +82,9 @@ def suite_arms(entries: Iterable[dict], epochs: int | None = None, width: float 
 
 def pilot_winner(entries: Iterable[dict], pilot: list[Arm], score) -> str | None:
     """The condition kind whose seed-0 pilot entry scores highest (``score(entry)``), or None until every pilot arm
-    has its entry (ties: the first kind in :data:`CONDITION_KINDS`)."""
+    has its entry, or without a pilot (ties: the first kind in :data:`CONDITION_KINDS`)."""
+    if not pilot:
+        return None
     by_id = {e["arm"]: e for e in entries}
     scores = []
     for arm in pilot:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from reproduce import doc_blocks, ledger
 from reproduce.arm_settings import NEVER_TRAINED, Arm, step_setting
@@ -96,19 +96,22 @@ def row_timing(row: Row, arms: Sequence[Arm], timings: dict | None) -> float | N
     return found["median"] if found else None
 
 
-def table(entries: Sequence[dict], arms: Sequence[Arm], timings: dict | None = None) -> list[str]:
-    """The table: N, s/step, seeds and the seven evaluation columns of every row."""
-    groups = {r.label: row_entries(entries, arms, r) for r in ROWS}
-    timed = {r.label: row_timing(r, arms, timings) for r in ROWS}
+def table(entries: Sequence[dict], arms: Sequence[Arm], timings: dict | None = None, rows: Sequence[Row] = ROWS,
+          extra: tuple[str, Callable[[list[dict]], str]] | None = None) -> list[str]:
+    """The table: N, s/step, seeds and the seven evaluation columns of every row of ``rows`` (the first: the floor);
+    ``extra``, a (header, cell of the row's entries) column after the seeds."""
+    groups = {r.label: row_entries(entries, arms, r) for r in rows}
+    timed = {r.label: row_timing(r, arms, timings) for r in rows}
     won = winner(entries, arms)
-    head = ["method", "N", "s/step", "seeds"] + [f"{dataset_of(arms, c)} {COLUMN_NAMES[p]}" for c, p in TABLE_COLUMNS]
+    head = ["method", "N", "s/step", "seeds", *([extra[0]] if extra else [])]
+    head += [f"{dataset_of(arms, c)} {COLUMN_NAMES[p]}" for c, p in TABLE_COLUMNS]
     body = []
-    for row in ROWS:
+    for row in rows:
         listed, got = row_arms(arms, row), groups[row.label]
         if not listed:
             continue
         base = groups[row.baseline] if row.baseline else None
-        floor = None if row.variant == NEVER_TRAINED else groups[ROWS[0].label]
+        floor = None if row.variant == NEVER_TRAINED else groups[rows[0].label]
         cells = []
         for call, protocol in TABLE_COLUMNS:
             vals, metric = values(got, call, protocol)
@@ -120,16 +123,17 @@ def table(entries: Sequence[dict], arms: Sequence[Arm], timings: dict | None = N
         trained = floor is not None
         seeds = ", ".join(str(e["settings"]["seed"]) for e in got)
         body.append([row_label(row, won), views_per_image(listed[0]) if trained else "—", step if trained else "—",
-                     f"{len(got)}/{len(listed)}" + (f" ({seeds})" if seeds else "")] + cells)
+                     f"{len(got)}/{len(listed)}" + (f" ({seeds})" if seeds else ""),
+                     *([extra[1](got) if trained else "—"] if extra else [])] + cells)
     return markdown_table(head, body)
 
 
-def omega_matrix(entries: Sequence[dict], arms: Sequence[Arm]) -> tuple[list[str], list[str],
-                                                                       list[list[float | None]], list[list[str]]]:
+def omega_matrix(entries: Sequence[dict], arms: Sequence[Arm], rows: Sequence[Row] = ROWS
+                 ) -> tuple[list[str], list[str], list[list[float | None]], list[list[str]]]:
     """(row labels, augmentations, values on a shared 0..1 scale, cell labels) of the rows with ω-probe records."""
     labels, matrix, texts = [], [], []
     augs = [a for a in OMEGA_AUGS if any(r["protocol"] == f"omega_probe_{a}" for e in entries for r in e["records"])]
-    for row in ROWS:
+    for row in rows:
         g = row_entries(entries, arms, row)
         line, text = omega_line(lambda p, g=g: values(g, "in_domain", p), lambda p, g=g: chance_of(g, p), augs)
         if any(v is not None for v in line):
@@ -139,22 +143,22 @@ def omega_matrix(entries: Sequence[dict], arms: Sequence[Arm]) -> tuple[list[str
     return labels, augs, matrix, texts
 
 
-def plot_omega(entries: Sequence[dict], arms: Sequence[Arm], path: str) -> str | None:
+def plot_omega(entries: Sequence[dict], arms: Sequence[Arm], path: str, rows: Sequence[Row] = ROWS) -> str | None:
     """The ω-probe heat map; None (nothing written) when no entry has ω-probe records."""
-    labels, augs, matrix, texts = omega_matrix(entries, arms)
+    labels, augs, matrix, texts = omega_matrix(entries, arms, rows)
     return plot_heat_map(labels, augs, matrix, texts, path) if labels else None
 
 
-def timing_note(timings: dict | None, ledger_label: str) -> str:
+def timing_note(timings: dict | None, ledger_label: str, command: str = COMMAND, suite: str = SUITE) -> str:
     """How the s/step column was measured."""
-    how = (f"`{COMMAND} --time_steps` times one arm of every row back to back (median of its rounds of steps, in "
+    how = (f"`{command} --time_steps` times one arm of every row back to back (median of its rounds of steps, in "
            "alternating order), with the ratio to the base row's")
     if not timings:  # the timings file is cited only once it exists: the docs' path check reads code spans
-        return (f"no row is timed yet ({how}, into {ledger_label}timings/{SUITE}.json); \"not timed\" rows show "
+        return (f"no row is timed yet ({how}, into {ledger_label}timings/{suite}.json); \"not timed\" rows show "
                 "their arms' mean training rate in italics.")
     m = timings["machine"]
     return (f"{how}: {timings['rounds']} rounds of {timings['steps']} steps on {m['cpu']} with {m['cores']} cores "
-            f"(`{ledger_label}timings/{SUITE}.json`); "
+            f"(`{ledger_label}timings/{suite}.json`); "
             "rows marked \"not timed\" show their arms' mean training rate in italics instead (wall time over whole "
             "runs, beside whatever else ran).")
 

@@ -92,7 +92,7 @@ def evaluate(arm: Arm, ctx: Context, state: dict) -> bool:
         out = os.path.join(run, "eval", call.key)
         shutil.rmtree(out, ignore_errors=True)  # a call interrupted halfway is redone whole
         os.makedirs(out)
-        cmd = [ctx.python, "eval_main.py", f"--saved_model={os.path.join(run, arm.saved_model)}",
+        cmd = [ctx.python, "eval_main.py", f"--saved_model={os.path.join(run, arm.export_of(call))}",
                *call.args(ctx.data_dir), f"--output={os.path.join(out, 'results.json')}", "--quiet"]
         ctx.log(f"{arm.name}: evaluating {call.name} ({call.protocols} on {call.dataset})")
         t0 = time.monotonic()

@@ -13,6 +13,8 @@ its second half.
 from __future__ import annotations
 
 import dataclasses
+import statistics
+from collections.abc import Iterable, Sequence
 
 from reproduce import arm_settings
 from reproduce.arm_settings import Arm
@@ -90,3 +92,35 @@ def recipe_of(settings: dict) -> Recipe | None:
 def sweep_arms() -> list[Arm]:
     """Every method's recipes, in :data:`RECIPES` order (SimSiam's first: the base that does not learn yet)."""
     return [recipe_arm(method, r) for method, recipes in RECIPES.items() for r in recipes]
+
+
+# A fall over the second half larger than this is marked: about one binomial standard deviation of a kNN accuracy
+# near 5% over the 500 val queries (sqrt(0.05·0.95/500) = 0.0097).
+FALL = 0.01
+
+
+def curve_summary(values: Sequence[float | None]) -> dict[str, float] | None:
+    """start, peak, last-quarter mean and second-half change of a monitor curve (None points dropped)."""
+    v = [x for x in values if x is not None]
+    if len(v) < 4:
+        return None
+    mid = len(v) // 2
+    return {"start": v[0], "peak": max(v), "last_quarter": statistics.fmean(v[-max(1, len(v) // 4):]),
+            "second_half": statistics.fmean(v[-3:]) - statistics.fmean(v[max(0, mid - 1):mid + 2])}
+
+
+def ledger_recipe(entries: Iterable[dict], method: str) -> Recipe | None:
+    """The ledger recipe of ``method``, read from its sweep entries: the recipe whose held-out kNN curve has the
+    highest last-quarter mean among those that do not fall over the second half (by more than :data:`FALL`); if
+    every curve falls, the highest of all. None until every recipe of the method has its entry (as the CASSLE
+    pilot's winner, the choice is made once, on the whole sweep)."""
+    by_id = {e["arm"]: e for e in entries}
+    scored = []
+    for order, recipe in enumerate(RECIPES.get(method, ())):
+        entry = by_id.get(recipe_arm(method, recipe).id)
+        if entry is None:
+            return None
+        s = curve_summary(entry["monitors"]["values"].get("knn", []))
+        if s is not None:
+            scored.append((s["second_half"] >= -FALL, s["last_quarter"], -order, recipe))
+    return max(scored, key=lambda x: x[:3])[3] if scored else None

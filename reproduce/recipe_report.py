@@ -11,31 +11,15 @@ entry read "not yet run". Written between its own markers of docs/results.md.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
 
 from reproduce import doc_blocks, ledger
 from reproduce.arm_settings import Arm
-from reproduce.recipe_arms import SCREEN_BUDGET, SUITE, recipe_of
+from reproduce.recipe_arms import FALL, SCREEN_BUDGET, SUITE, curve_summary, recipe_of
 from reproduce.report_parts import NOT_RUN, markdown_table
 
 BEGIN, END = "<!-- reproduce_small_recipe:begin -->", "<!-- reproduce_small_recipe:end -->"
 COMMAND = ledger.COMMAND + " --suite=recipe"
-# A fall over the second half larger than this is marked: about one binomial standard deviation of a kNN accuracy
-# near 5% over the 500 val queries (sqrt(0.05·0.95/500) = 0.0097).
-FALL = 0.01
-
-
-def curve_summary(values: Sequence[float | None]) -> dict[str, float] | None:
-    """start, peak, last-quarter mean and second-half change of a monitor curve (None points dropped)."""
-    v = [x for x in values if x is not None]
-    if len(v) < 4:
-        return None
-    mid = len(v) // 2
-    return {"start": v[0], "peak": max(v), "last_quarter": statistics.fmean(v[-max(1, len(v) // 4):]),
-            "second_half": statistics.fmean(v[-3:]) - statistics.fmean(v[max(0, mid - 1):mid + 2])}
-
-
 def row(arm: Arm, entry: dict | None) -> list[str]:
     """The table row of one recipe's arm."""
     r = recipe_of(arm.settings())

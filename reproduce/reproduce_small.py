@@ -9,6 +9,7 @@
     augself-reproduce --suite=looc         # the LooC comparison: the paper's LooC table (same flags)
     augself-reproduce --suite=aware        # the augmentation-aware family's comparison (same flags)
     augself-reproduce --suite=recipe       # the ledger recipe's sweep, judged on a held-out split
+    augself-reproduce --suite=comparison   # the README's rows and the family with controls, at the ledger recipe
 
 An arm is one pretraining run (data, method, AugSelf set, conditioning set, seed, budget) and its
 evaluations with eval_main.py. Each finished arm writes reproduce/ledger/<arm id>.json (its settings,
@@ -18,11 +19,12 @@ training settings> (not committed): an interrupted arm resumes from its checkpoi
 again, and an arm whose evaluations changed keeps its training and redoes only the changed calls. What an arm
 is: reproduce/arm_settings.py; the ledger's entries: reproduce/ledger.py (schema in reproduce/ledger/README.md);
 running arms: reproduce/ledger_runner.py (run directories in run_directory.py, estimates in time_estimates.py).
-Three arm sets (``--suite``): ``main``, the main reproduction (arms in reproduce/main_arms.py, report in
-reproduce/main_report.py); ``looc``, the paper's LooC comparison (arms in reproduce/looc_arms.py, report in
-reproduce/looc_report.py); and ``aware``, the augmentation-aware family's comparison (arms in
-reproduce/aware_arms.py, report in reproduce/aware_report.py); each suite's report reads only its own entries (the
-aware suite's SimSiam ± AugSelf rows are the looc suite's entries) and writes its own block of docs/results.md.
+Five arm sets (``--suite``), each with its arms in reproduce/<suite>_arms.py and its report in
+reproduce/<suite>_report.py: ``main``, the main reproduction; ``looc``, the paper's LooC comparison; ``aware``, the
+augmentation-aware family's comparison; ``recipe``, the ledger recipe's sweep; ``comparison``, the README's rows,
+the family with its controls and the SimCLR rows at the recipe the sweep chose for each base. Each suite's report
+reads only its own entries (the aware suite's SimSiam ± AugSelf rows are the looc suite's entries, the comparison's
+floor the looc suite's floor) and writes its own block of docs/results.md.
 ``augself-reproduce`` is the command of an editable install (``pip install -e .``); ``python -m
 reproduce.reproduce_small`` from the checkout's root is the same program. Either reads and writes the checkout it
 imports this package from (reproduce/ledger.py's ``ROOT``) and stops with one line anywhere else.
@@ -39,6 +41,8 @@ from reproduce import (
     arm_settings,
     aware_arms,
     aware_report,
+    comparison_arms,
+    comparison_report,
     ledger,
     ledger_runner,
     looc_arms,
@@ -57,11 +61,12 @@ ROOT = ledger.ROOT
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--suite", choices=("main", "looc", "aware", "recipe"), default="main",
+    p.add_argument("--suite", choices=("main", "looc", "aware", "recipe", "comparison"), default="main",
                    help="arm set: main (the main reproduction: SimSiam/MoCo ± AugSelf, CASSLE), looc (the "
                         "paper's LooC comparison table), aware (the augmentation-aware family: AugSelf, CASSLE, "
-                        "EquiMod, E-SSL, STL on SimSiam and SimCLR) or recipe (the ledger recipe's sweep, judged on "
-                        "a held-out split); each has its own report block")
+                        "EquiMod, E-SSL, STL on SimSiam and SimCLR), recipe (the ledger recipe's sweep, judged on "
+                        "a held-out split) or comparison (the README's rows, the family with its controls and the "
+                        "SimCLR rows at the ledger recipe, BN statistics recomputed); each has its own report block")
     p.add_argument("--arms", default=None, help="comma-separated globs on arm names or ids (default: all); they run in "
                    "the suite's order, whatever the order given")
     p.add_argument("--time_budget", type=float, default=None, metavar="MINUTES",
@@ -82,13 +87,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--results_md", default=None, help="document with the generated block (default docs/results.md)")
     p.add_argument("--curves", default=None,
                    help="the suite's picture (main: monitor curves, default docs/img/reproduce_small_curves.png; "
-                        "looc, aware: omega_probe heat map, default docs/img/looc_omega_probe.png, "
-                        "docs/img/aware_omega_probe.png)")
+                        "looc, aware, comparison: omega_probe heat map, default docs/img/<suite>_omega_probe.png)")
     p.add_argument("--epochs", type=int, default=None, help="tiny-imagenet budget's epochs (new arms; default 120)")
     p.add_argument("--width", type=float, default=None, help="tiny-imagenet budget's width (new arms; default 0.25)")
     args = p.parse_args(argv)
     args.prog = p.prog.removesuffix(".py")  # augself-reproduce, or reproduce_small under python -m
-    heat_map = args.suite in ("looc", "aware")  # they draw the omega_probe heat map; main its monitor curves
+    heat_map = args.suite in ("looc", "aware", "comparison")  # the omega_probe heat map; main its monitor curves
     picture = f"{args.suite}_omega_probe.png" if heat_map else "reproduce_small_curves.png"
     if args.quick:
         out = f"reproduce_small_{args.suite}_quick" if heat_map else "reproduce_small_quick"
@@ -129,6 +133,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.prog}: error: --quick has no recipe sweep (its arms are the screen's)", file=sys.stderr)
             return 2
         arms, command, write_report = recipe_arms.sweep_arms(), recipe_report.COMMAND, recipe_report.write_report
+    elif args.suite == "comparison":
+        if args.quick:
+            print(f"{args.prog}: error: --quick has no comparison (its arms wait for the recipe sweep's entries)",
+                  file=sys.stderr)
+            return 2
+        arms = comparison_arms.suite_arms(ledger.load_entries(args.ledger), args.epochs, args.width)
+        command, write_report = comparison_report.COMMAND, comparison_report.write_report
     elif args.suite == "aware":
         arms = (aware_arms.quick_aware_arms() if args.quick
                 else aware_arms.suite_arms(ledger.load_entries(args.ledger), args.epochs, args.width))

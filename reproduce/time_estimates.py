@@ -175,7 +175,7 @@ def estimate(arm: Arm, ctx: Context, entries: Sequence[dict], allow_probe: bool)
     for call in arm.evals:
         if call.key in state["evals"]:
             continue
-        spec = dataclasses.asdict(call) | {"flags": list(call.flags)}
+        spec = call.settings()
         seen = [e["evaluation"]["calls"][call.name]["seconds"] for e in entries
                 if spec in e["settings"]["evals"] and call.name in e["evaluation"]["calls"]]
         if seen:

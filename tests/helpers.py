@@ -279,11 +279,12 @@ def real_images(tiny: tuple[int, int], cifar: tuple[int, int]) -> list[tf.Tensor
     return [tf.io.decode_image(tf.io.read_file(f), expand_animations=False) for f in found]
 
 
-def assert_export_is_the_backbone(result, image_size: int = 16) -> tf.Module:
-    """A run's SavedModel holds the backbone alone (one signature, the backbone's weights, none of the heads') and
-    gives the trained backbone's features; returns the loaded model."""
+def assert_export_is_the_backbone(result, image_size: int = 16,
+                                  signatures: tuple[str, ...] = ("serving_default",)) -> tf.Module:
+    """A run's SavedModel holds the backbone alone (its ``signatures``: one, plus a ViT's ``patch_tokens``; the
+    backbone's weights, none of the heads') and gives the trained backbone's features; returns the loaded model."""
     loaded = tf.saved_model.load(result.saved_model_dir)
-    assert list(loaded.signatures) == ["serving_default"]
+    assert sorted(loaded.signatures) == sorted(signatures)
     assert len(loaded.trainable_weights) == len(result.model.backbone.trainable_variables)
     images = np.random.default_rng(0).uniform(size=[2, image_size, image_size, 3]).astype("float32")
     features = loaded.signatures["serving_default"](images=tf.constant(images))["features"].numpy()

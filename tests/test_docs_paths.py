@@ -46,6 +46,7 @@ EXTERNAL = {
     "kornia": {"random_generator.py"},
     "facebookresearch/moco-v3 (MoCo v3)": {"vits.py", "builder.py", "moco/builder.py", "moco/optimizer.py",
                                             "main_moco.py"},
+    "facebookresearch/dino (DINO)": {"main_dino.py", "vision_transformer.py", "utils.py"},
     "NVIDIA/DeepLearningExamples": {"TensorFlow/Classification/ConvNets/resnet50v1.5/README.md"},
 }
 # Files the docs' how-to sections write as examples ("adding a source is one file: ..."): they name new files.

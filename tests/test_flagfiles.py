@@ -83,7 +83,7 @@ GROUPS = _groups()
 
 
 def test_there_is_a_flagfile_per_experiment():
-    assert len(NAMES) == 59
+    assert len(NAMES) == 63
     for m in ("simsiam", "moco", "byol", "simclr", "swav"):
         assert {f"stl10_{m}", f"stl10_{m}_augself"} <= set(NAMES)
     for m in ("simsiam", "moco", "supervised"):
@@ -102,6 +102,9 @@ def test_there_is_a_flagfile_per_experiment():
     # CPU-scale ViT on the ledger's data.
     assert {"imagenet_mocov3_vit_small", "imagenet100_mocov3_vit_small_augself",
             "tiny_mocov3_vit_pico_augself"} <= set(NAMES)
+    # DINO (docs/experiments.md, "DINO"): its README's ViT-S/16 and ResNet-50 runs, and the CPU-scale ViT ± AugSelf.
+    assert {"imagenet_dino_vit_small", "imagenet_dino_resnet50", "tiny_dino_vit_pico",
+            "tiny_dino_vit_pico_augself"} <= set(NAMES)
 
 
 def _expected_augself(name: str) -> tuple[str, ...]:
@@ -133,6 +136,9 @@ def test_flagfile_parses_into_the_paper_settings(name):
         return
     if model.method == "mocov3":
         _check_mocov3(cfg, name, opts)
+        return
+    if model.method == "dino":
+        _check_dino(cfg, name, opts)
         return
     if name.startswith("stl10_"):
         assert (cfg.dataset, cfg.split, model.backbone, model.width) == ("stl10", "train+unlabelled", "resnet18", 1.0)
@@ -234,6 +240,41 @@ def _check_mocov3(cfg: TrainConfig, name: str, opts: dict) -> None:
         assert (cfg.dataset, cfg.batch_size, cfg.epochs, model.augself_weight) == ("imagenet100", 256, 500, 0.5)
     else:
         assert (cfg.dataset, cfg.batch_size, cfg.epochs) == ("imagenet2012", 1024, 300)
+
+
+def _check_dino(cfg: TrainConfig, name: str, opts: dict) -> None:
+    """DINO's README runs (facebookresearch/dino main_dino.py's defaults and its README's commands) and the CPU-scale
+    ViT."""
+    model, augment = cfg.model, cfg.augment
+    cpu, resnet = name.startswith("tiny_"), name.endswith("_resnet50")
+    assert (opts["dino_out_dim"], opts["dino_hidden"], opts["dino_bottleneck"]) == \
+        ((4096, 512, 256) if cpu else (65536, 2048, 256))
+    assert (opts["norm_last_layer"], opts["student_temperature"], opts["teacher_temperature"]) == (True, 0.1, 0.04)
+    assert (opts["warmup_teacher_temperature"], opts["teacher_temperature_epochs"]) == (0.04, 0)
+    assert (opts["center_momentum"], opts["teacher_momentum"], opts["freeze_last_layer_epochs"]) == (0.9, 0.996, 1)
+    assert (opts["global_crops"], opts["local_crops"], opts["local_crop_size"]) == (2, 8, 32 if cpu else 96)
+    assert (opts["global_crop_scale"], opts["local_crop_scale"]) == \
+        (("0.14,1", "0.05,0.14") if resnet else ("0.4,1", "0.05,0.4"))
+    assert opts["asymmetric_views"] and (augment.probability("blur_prob"), augment.probability("solarize_prob")) == \
+        (0.5, 0.0)
+    assert cfg.weight_decay_exclude == "1d"
+    if resnet:
+        assert (model.backbone, model.width, cfg.optimizer, cfg.lr, cfg.weight_decay) == \
+            ("resnet50", 1.0, "sgd", 0.03, 1e-4)
+        assert (cfg.weight_decay_end, cfg.clip_grad) == (None, 0.0)
+    else:
+        assert (cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.weight_decay_end, cfg.clip_grad) == \
+            ("adamw", 0.0005, 0.04, 0.4, 3.0)
+        assert (model.pos_embed, model.drop_path, model.stop_grad_conv1) == ("learned", 0.1, False)
+    if cpu:
+        assert (model.backbone, model.patch_size, augment.image_size) == ("vit_pico", 8, 64)
+        assert (cfg.batch_size, cfg.epochs, cfg.warmup_epochs) == (128, 120, 12)
+        assert cfg.dataset.endswith("tiny-imagenet-mini") and model.augself_weight == 1.0
+        return
+    assert (cfg.dataset, cfg.batch_size, cfg.epochs, cfg.warmup_epochs, augment.image_size) == \
+        ("imagenet2012", 512, 100, 10, 224)
+    if not resnet:
+        assert (model.backbone, model.patch_size) == ("vit_small", 16)
 
 
 def _check_equimod(cfg: TrainConfig, method: str, opts: dict) -> None:
@@ -442,7 +483,8 @@ def test_every_flagfile_parses_to_the_config_it_did_before_settings_were_declare
     newer = {"stl10_simclr_stl", "stl10_simsiam_stl",  # STL (--stl_weight)
              "cifar10_equimod_simclr", "cifar10_equimod_byol",  # EquiMod (--equimod_weight)
              *(f"imagenet_{m}{e}" for m in ("simclr", "simsiam") for e in ("", "_essl")),  # E-SSL's rows
-             "imagenet_mocov3_vit_small", "imagenet100_mocov3_vit_small_augself", "tiny_mocov3_vit_pico_augself"}
+             "imagenet_mocov3_vit_small", "imagenet100_mocov3_vit_small_augself", "tiny_mocov3_vit_pico_augself",
+             "imagenet_dino_vit_small", "imagenet_dino_resnet50", "tiny_dino_vit_pico", "tiny_dino_vit_pico_augself"}
     assert set(snapshot) == {"(no flags)", *(n + ".cfg" for n in NAMES if n not in newer)}
     defaults = _as_before(parse_argv([]))
     for name, before in snapshot.items():

@@ -183,5 +183,6 @@ def test_only_momentum_py_builds_or_updates_a_momentum_encoder():
         if "MomentumEncoder(" in source or ".update(self.backbone" in source:
             owners.append(module)
     assert owners == ["augself_tf.methods.momentum"]
+    momentum = ["moco", "byol", "looc", "mocov3", "dino"]
     assert [n for n, cls in METHODS.items() if cls.target_variables is not AugSelfModel.target_variables] == [
-        n for n, cls in METHODS.items() if issubclass(cls, MomentumMethod)] == ["moco", "byol", "looc", "mocov3"]
+        n for n, cls in METHODS.items() if issubclass(cls, MomentumMethod)] == momentum

@@ -99,7 +99,8 @@ LINE_LIMIT_EXCEPTIONS = {"augself_tf/evaluation/estimators/logreg.py"}
 SCRIPTS = {"reproduce_small", "sweep", "plot_monitors", "probe_vs_head"}
 RUNNING = {"ledger_runner", "run_directory", "child_process", "provenance", "time_estimates", "step_times"}
 REPORTING = {"arm_settings", "main_arms", "looc_arms", "aware_arms", "ledger", "seed_cells", "wall_table", "doc_blocks",
-             "main_report", "looc_report", "report_parts", "aware_report", "recipe_arms", "recipe_report"}
+             "main_report", "looc_report", "report_parts", "aware_report", "recipe_arms", "recipe_report",
+             "comparison_arms", "comparison_report"}
 
 
 def _reproduce_modules() -> dict[str, str]:

@@ -32,13 +32,13 @@ def test_arms_carry_their_recipe_flags_no_evaluation_and_the_held_out_monitor():
 
 def test_curve_summary_ranks_by_the_last_quarter_and_sees_a_fall():
     rising = [0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.10]
-    s = recipe_report.curve_summary(rising)
+    s = recipe_arms.curve_summary(rising)
     assert s["start"] == 0.03 and s["peak"] == 0.10
     assert s["last_quarter"] == pytest.approx(0.095)
     assert s["second_half"] == pytest.approx(0.09 - 0.07)  # last three (0.08-0.10) against points 3-5 (0.06-0.08)
-    falling = recipe_report.curve_summary([0.03, 0.06, 0.07, 0.06, 0.05, 0.04, 0.035, 0.03])
-    assert falling["second_half"] < -recipe_report.FALL
-    assert recipe_report.curve_summary([0.1, None, 0.2]) is None  # too short to judge
+    falling = recipe_arms.curve_summary([0.03, 0.06, 0.07, 0.06, 0.05, 0.04, 0.035, 0.03])
+    assert falling["second_half"] < -recipe_arms.FALL
+    assert recipe_arms.curve_summary([0.1, None, 0.2]) is None  # too short to judge
 
 
 def _entry(arm, knn, z_std):

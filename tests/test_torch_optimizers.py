@@ -225,3 +225,69 @@ def test_max_steps_keeps_the_warmups_share_of_the_run():
     peak = scaled_learning_rate(cfg.lr, cfg.batch_size)
     np.testing.assert_allclose(lrs[:5], [peak * i / 4 for i in range(5)], rtol=1e-6)
     assert lrs[5] < peak and type(model.optimizer).__name__ == "TorchAdamW"
+
+
+# ------------------------------------------------------------------------ variables held out of the update
+HELD = 5
+
+
+def torch_sgd(p, buf, g, lr, wd, momentum=0.9):
+    """torch.optim.SGD.step for one parameter (coupled L2, dampening 0): the buffer starts as the first gradient."""
+    g = g + wd * p
+    buf = g if buf is None else momentum * buf + g
+    return p - lr * buf, buf
+
+
+def reference_held(kind: str, p0: dict, a: np.ndarray) -> dict:
+    """``kernel`` has no gradient for the first HELD steps (DINO's cancel_gradients_last_layer): torch skips it, so
+    it neither decays nor moves its state, and AdamW counts its own steps from its first update."""
+    params = {k: v.astype(np.float64) for k, v in p0.items()}
+    state = dict.fromkeys(p0)
+    taken = dict.fromkeys(p0, 0)
+    for step in range(STEPS):
+        lr = moco_v3_lr(step)
+        for k in params:
+            if k == "kernel" and step < HELD:
+                continue
+            taken[k] += 1
+            g = _grad(params[k], a)
+            if kind == "adamw":
+                params[k], state[k] = torch_adamw(params[k], state[k], g, lr, dino_wd(step, WD_END), taken[k])
+            elif kind == "lars":
+                params[k], state[k] = moco_v3_lars(params[k], state[k], g, lr, WD)
+            else:
+                params[k], state[k] = torch_sgd(params[k], state[k], g, lr, WD)
+    return params
+
+
+@pytest.mark.parametrize("kind", ["adamw", "lars", "sgd"])
+def test_held_variables_are_left_out_of_the_update_as_torch_skips_a_parameter_without_gradient(kind):
+    rng = np.random.default_rng(2)
+    a, p0 = _a(rng), _p0(rng)
+    variables = {k: keras.Variable(v, name=k) for k, v in p0.items()}
+    extra = {"weight_decay_end": WD_END} if kind == "adamw" else {}
+    optimizer = build_optimizer(BASE_LR, 256, STEPS, optimizer=kind, weight_decay=WD, warmup_steps=WARMUP,
+                                held_variables=[variables["kernel"]], held_steps=HELD, **extra)
+    optimizer.build(list(variables.values()))
+    for step in range(STEPS):
+        optimizer.apply([tf.constant(_grad(v.numpy(), a).astype(np.float32)) for v in variables.values()],
+                        list(variables.values()))
+        if step < HELD:  # neither decayed nor moved, its state untouched
+            np.testing.assert_array_equal(variables["kernel"].numpy(), p0["kernel"])
+    ref = reference_held(kind, p0, a)
+    for k in p0:
+        np.testing.assert_allclose(variables[k].numpy(), ref[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    if kind == "adamw":  # AdamW's own step count matters: the global count gives another kernel
+        other = {k: v.astype(np.float64) for k, v in p0.items()}
+        state = None
+        for step in range(HELD, STEPS):
+            other["kernel"], state = torch_adamw(other["kernel"], state, _grad(other["kernel"], a), moco_v3_lr(step),
+                                                 dino_wd(step, WD_END), step + 1)
+        assert np.abs(other["kernel"] - ref["kernel"]).max() > 1e-4
+
+
+def test_held_variables_must_be_optimized():
+    inside, outside = keras.Variable(np.ones(3, np.float32)), keras.Variable(np.ones(3, np.float32))
+    optimizer = build_optimizer(BASE_LR, 256, STEPS, optimizer="adamw", held_variables=[outside], held_steps=2)
+    with pytest.raises(ValueError, match="^1 held variables are not among the optimized variables$"):
+        optimizer.build([inside])

@@ -1,5 +1,6 @@
-"""Cross-replica gathers that need no merge_call, for the replica function GPUs and TPUs run compiled: the global
-batch of NT-Xent's negatives, and the keys MoCo and LooC enqueue. A function of tensors, as every loss here.
+"""Cross-replica gathers and sums that need no merge_call, for the replica function GPUs and TPUs run compiled: the
+global batch of NT-Xent's negatives, the keys MoCo and LooC enqueue, DINO's center. Functions of tensors, as every
+loss here.
 
 `ReplicaContext.all_gather` makes a merge_call on MirroredStrategy in TF 2.21 whether or not the strategy runs
 without them (distribute_lib.py has no other branch), and a merge_call inside the XLA-compiled replica function
@@ -30,3 +31,12 @@ def all_gather(x: tf.Tensor) -> tf.Tensor:
     total = ctx.all_reduce(tf.distribute.ReduceOp.SUM, slots)
     inner = x.shape[1:]
     return tf.reshape(total, [-1, *inner] if inner.is_fully_defined() else tf.concat([[-1], tf.shape(x)[1:]], 0))
+
+
+def all_reduce_sum(x: tf.Tensor) -> tf.Tensor:
+    """The sum of every replica's `x` (`x` itself on one device), by `ReplicaContext.all_reduce`, whose collective
+    form needs no merge_call (DINO's center: the teacher outputs' sum over the global batch)."""
+    ctx = tf.distribute.get_replica_context()
+    if ctx is None or ctx.num_replicas_in_sync == 1:
+        return x
+    return ctx.all_reduce(tf.distribute.ReduceOp.SUM, x)

@@ -18,6 +18,7 @@ from augself_tf.augment.views import ViewPlan
 from augself_tf.flag_fields import declared_options, define_flag, flag_fields, flag_kind, help_text
 from augself_tf.methods.augself_model import AugSelfModel, PretrainData
 from augself_tf.methods.byol import BYOL
+from augself_tf.methods.dino import DINO
 from augself_tf.methods.looc import LooC
 from augself_tf.methods.moco import MoCo
 from augself_tf.methods.mocov3 import MoCoV3
@@ -76,6 +77,7 @@ METHODS: Registry[type[AugSelfModel]] = Registry("method", {
     "supervised": Supervised,
     "looc": LooC,
     "mocov3": MoCoV3,
+    "dino": DINO,
 }, check=_check_method)
 
 

@@ -202,6 +202,11 @@ class AugSelfModel(keras.Model):
         """Variables trained at the base learning rate whatever the schedule (SimSiam's predictor)."""
         return []
 
+    def held_variables(self) -> tuple[list[tf.Variable], int]:
+        """(variables, N): variables the optimizer leaves out of its update for the first N steps, neither decayed
+        nor moved (DINO's last layer in its first epoch). Default: none."""
+        return [], 0
+
     def target_variables(self) -> list[tf.Variable]:
         """Variables updated outside the optimizer (momentum encoders); excluded from gradients."""
         return []

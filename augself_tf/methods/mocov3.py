@@ -49,8 +49,9 @@ class MoCoV3(MomentumMethod):
         moco_momentum: float = option(0.99, "MoCo v3 base EMA momentum m0, raised to 1 on a per-step cosine")
         momentum_cosine: bool = option(True, "MoCo v3: raise the EMA momentum to 1 on a per-step cosine (its "
                                              "--moco-m-cos; off: constant --moco_momentum, as CASSLE's MoCo v3)")
-        asymmetric_views: bool = option(True, "MoCo v3's views: view 1 always blurred, view 2 blurred at p 0.1 and "
-                                              "solarized at p 0.2 (off: both take --blur_prob and --solarize_prob)")
+        asymmetric_views: bool = option(True, "BYOL's asymmetric views (MoCo v3's, DINO's global crops): view 1 "
+                                              "always blurred, view 2 blurred at p 0.1 and solarized at p 0.2 (off: "
+                                              "both take --blur_prob and --solarize_prob)")
         total_steps: int | None = None  # the training loop's
 
     @classmethod

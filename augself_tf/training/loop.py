@@ -126,11 +126,13 @@ def build_model(
         full = cfg.epochs * data.steps_per_epoch
         if data.total_steps < full:  # --max_steps cuts the run: its warm-up keeps its share, as the cosine does
             warmup *= data.total_steps / full
+        held, held_steps = model.held_variables()
         optimizer = build_optimizer(cfg.lr, cfg.batch_size, data.total_steps, mixed_precision=cfg.mixed_precision,
                                     weight_decay=cfg.weight_decay, decay_exclude=cfg.weight_decay_exclude,
                                     warmup_steps=round(warmup),
                                     constant_lr_variables=model.constant_lr_variables(), optimizer=cfg.optimizer,
-                                    weight_decay_end=cfg.weight_decay_end, clip_grad=cfg.clip_grad)
+                                    weight_decay_end=cfg.weight_decay_end, clip_grad=cfg.clip_grad,
+                                    held_variables=held, held_steps=held_steps)
         model.compile(optimizer=optimizer)
         optimizer.build(model.optimized_variables())
     return model

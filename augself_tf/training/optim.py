@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from augself_tf.training.loss_scale import CrossReplicaLossScaleOptimizer
 from augself_tf.training.optimizer_parts import WEIGHT_DECAY_EXCLUDE, count_steps_per_replica, is_decayed
-from augself_tf.training.torch_optimizers import LARS, TorchAdamW
+from augself_tf.training.torch_optimizers import LARS, HeldVariables, TorchAdamW
 
 #: --optimizer's choices: ``sgd`` (:class:`TorchSGD`, the paper's), ``adamw`` and ``lars`` (torch_optimizers.py: the
 #: ViT recipes' of MoCo v3 and DINO).
@@ -55,6 +55,8 @@ class TorchSGD(keras.optimizers.Optimizer):
       decay_exclude: which variables the decay skips (:data:`WEIGHT_DECAY_EXCLUDE`).
       constant_lr: the learning rate of `constant_lr_variables`, whatever the schedule says.
       constant_lr_variables: the variables of the reference's constant-lr parameter group.
+      held_variables, held_steps: variables left out of the update (no decay, no momentum) for the first
+        ``held_steps`` steps, as torch's SGD skips a parameter without a gradient (DINO's frozen last layer).
     """
 
     def __init__(
@@ -66,6 +68,8 @@ class TorchSGD(keras.optimizers.Optimizer):
         constant_lr_variables: Iterable[tf.Variable] = (),
         decay_exclude: str = "none",
         name: str = "torch_sgd",
+        held_variables: Iterable[tf.Variable] = (),
+        held_steps: int = 0,
         **kwargs,
     ) -> None:
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
@@ -87,6 +91,7 @@ class TorchSGD(keras.optimizers.Optimizer):
         self._constant_ids = {id(v) for v in constant}
         self._is_constant: list[bool] = []
         self._keep: tf.Variable | None = None
+        self.held = HeldVariables(held_variables, held_steps)
         self._count_steps_per_replica()
 
     def gate_updates(self, keep: tf.Variable) -> None:
@@ -109,6 +114,7 @@ class TorchSGD(keras.optimizers.Optimizer):
         missing = len(self._constant_ids) - sum(self._is_constant)
         if missing:
             raise ValueError(f"{missing} constant-lr variables are not among the optimized variables")
+        self.held.check(variables)
         self.momentums = self.add_optimizer_variables(variables, "momentum") if self.momentum else []
 
     def update_step(self, gradient, variable, learning_rate) -> None:
@@ -118,8 +124,9 @@ class TorchSGD(keras.optimizers.Optimizer):
         g = tf.cast(gradient, variable.dtype)
         if self.l2 and self._is_decayed[i]:
             g = g + tf.cast(self.l2, variable.dtype) * variable
-        if self._keep is not None:
-            self._gated_update(g, variable, lr, i)
+        held = self.held.now(i, self.iterations)
+        if self._keep is not None or held is not None:
+            self._gated_update(g, variable, lr, i, held)
             return
         if self.momentum:
             # One fused kernel, b ← μ·b + g; θ ← θ − lr·b (PyTorch's order): 1 op where the composed update had
@@ -130,8 +137,11 @@ class TorchSGD(keras.optimizers.Optimizer):
             return
         self.assign_sub(variable, lr * g)
 
-    def _gated_update(self, g: tf.Tensor, variable, lr: tf.Tensor, i: int) -> None:
-        keep = tf.convert_to_tensor(self._keep)  # this replica's copy of the verdict (all copies agree)
+    def _gated_update(self, g: tf.Tensor, variable, lr: tf.Tensor, i: int, held: tf.Tensor | None = None) -> None:
+        # this replica's copy of the verdict (all copies agree)
+        keep = tf.constant(True) if self._keep is None else tf.convert_to_tensor(self._keep)
+        if held is not None:
+            keep = tf.logical_and(keep, tf.logical_not(held))
         if self.momentum:
             buffer = self.momentums[i]
             new_buffer = tf.cast(self.momentum, variable.dtype) * buffer + g
@@ -141,7 +151,7 @@ class TorchSGD(keras.optimizers.Optimizer):
 
     def get_config(self) -> dict:
         return {**super().get_config(), "momentum": self.momentum, "l2": self.l2, "constant_lr": self.constant_lr,
-                "decay_exclude": self.decay_exclude}
+                "decay_exclude": self.decay_exclude, "held_steps": self.held.steps}
 
 
 def build_optimizer(
@@ -157,12 +167,15 @@ def build_optimizer(
     optimizer: str = "sgd",
     weight_decay_end: float | None = None,
     clip_grad: float = 0.0,
+    held_variables: Iterable[tf.Variable] = (),
+    held_steps: int = 0,
 ) -> keras.optimizers.Optimizer:
     """The run's ``optimizer`` (:data:`OPTIMIZERS`) over `total_steps`: a linear warm-up of `warmup_steps` to the
     batch-scaled learning rate, then cosine decay to 0 (:func:`warmup_cosine`); the `constant_lr_variables` stay at
     that scaled rate throughout (solo-learn and the reference keep SimSiam's predictor there from step 0). ``sgd``
     is :class:`TorchSGD` (coupled L2); ``adamw`` and ``lars`` (`torch_optimizers`) also take a weight-decay
-    schedule to ``weight_decay_end`` and per-variable clipping at ``clip_grad``. float16 wraps it in dynamic loss
+    schedule to ``weight_decay_end`` and per-variable clipping at ``clip_grad``. Each leaves ``held_variables`` out
+    of its update for the first ``held_steps`` steps (the model's `held_variables`). float16 wraps it in dynamic loss
     scaling whose skip decision covers every replica's gradients (:class:`CrossReplicaLossScaleOptimizer`).
 
     Raises:
@@ -172,7 +185,8 @@ def build_optimizer(
         raise ValueError(f"unknown optimizer {optimizer!r}; choose from {', '.join(OPTIMIZERS)}")
     lr = scaled_learning_rate(base_lr, global_batch_size)
     schedule = warmup_cosine(lr, total_steps, warmup_steps)
-    constant = {"constant_lr": lr, "constant_lr_variables": constant_lr_variables}
+    constant = {"constant_lr": lr, "constant_lr_variables": constant_lr_variables, "held_variables": held_variables,
+                "held_steps": held_steps}
     if optimizer == "sgd":
         if weight_decay_end is not None or clip_grad:
             raise ValueError("--weight_decay_end and --clip_grad are for --optimizer=adamw or lars; sgd decays and "

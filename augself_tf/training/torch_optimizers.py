@@ -12,7 +12,10 @@ the run, per step, `utils.cosine_scheduler`; the value is a function of the step
 checkpoint) and per-variable gradient clipping (`utils.clip_gradients`: each gradient scaled to norm at most
 ``clip_grad``). Both run in `update_step`, after the gradients were summed over replicas and unscaled, where
 DINO clips them (Keras' ``clipnorm`` clips the local, unreduced gradients of each replica). Both offer
-``gate_updates``, so the float16 loss-scaling wrapper (training/loss_scale.py) skips a step without a branch.
+``gate_updates``, so the float16 loss-scaling wrapper (training/loss_scale.py) skips a step without a branch, and
+both leave ``held_variables`` out of the update for their first ``held_steps`` steps (DINO's last layer in its first
+epoch, ``cancel_gradients_last_layer``: torch skips a parameter without a gradient, so neither its decay nor its
+moments move, and AdamW counts that parameter's own steps for its bias correction from its first update).
 """
 
 from __future__ import annotations
@@ -41,6 +44,37 @@ def clip_by_own_norm(gradient: tf.Tensor, clip: float) -> tf.Tensor:
     return gradient * tf.minimum(tf.cast(coef, gradient.dtype), 1.0)
 
 
+class HeldVariables:
+    """Variables an optimizer leaves out of its update while its step counter is below ``steps`` (DINO's frozen
+    last layer): their values and optimizer state stay as they are, as torch's for a parameter without a gradient.
+    """
+
+    def __init__(self, variables: Iterable[tf.Variable] = (), steps: int = 0) -> None:
+        self.ids = {id(v) for v in variables}
+        self.steps = int(steps) if self.ids else 0
+        self.by_index: list[bool] = []
+        if self.steps < 0:
+            raise ValueError(f"held steps must be >= 0, got {steps}")
+
+    def check(self, variables: list) -> list[bool]:
+        """Whether each of the optimizer's ``variables`` is held (by its index, as `update_step` finds it).
+
+        Raises:
+          ValueError: a held variable the optimizer does not update.
+        """
+        held = [id(v) in self.ids for v in variables]
+        if len(self.ids) != sum(held):
+            raise ValueError(f"{len(self.ids) - sum(held)} held variables are not among the optimized variables")
+        self.by_index = held
+        return held
+
+    def now(self, index: int, iterations: tf.Variable) -> tf.Tensor | None:
+        """True while variable ``index`` is held at this step; None for a variable that never is."""
+        if not self.steps or not self.by_index[index]:
+            return None
+        return tf.less(iterations, self.steps)
+
+
 class _TorchStyle(keras.optimizers.Optimizer):
     """What AdamW and LARS share: decay schedule and exclusion, clipping, a constant-lr group, gated writes and
     the per-replica step counter of :class:`~augself_tf.training.optim.TorchSGD`."""
@@ -56,6 +90,8 @@ class _TorchStyle(keras.optimizers.Optimizer):
         constant_lr: float | None,
         constant_lr_variables: Iterable[tf.Variable],
         name: str,
+        held_variables: Iterable[tf.Variable] = (),
+        held_steps: int = 0,
         **kwargs,
     ) -> None:
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
@@ -79,6 +115,7 @@ class _TorchStyle(keras.optimizers.Optimizer):
         self._is_constant: list[bool] = []
         self._is_decayed: list[bool] = []
         self._keep: tf.Variable | None = None
+        self.held = HeldVariables(held_variables, held_steps)
         count_steps_per_replica(self)
 
     def gate_updates(self, keep: tf.Variable) -> None:
@@ -94,6 +131,7 @@ class _TorchStyle(keras.optimizers.Optimizer):
         self._is_decayed = [self._decays(v) for v in variables]
         if len(self._constant_ids) != sum(self._is_constant):
             raise ValueError("some constant-lr variables are not among the optimized variables")
+        self.held.check(variables)
 
     def _decays(self, variable) -> bool:
         return is_decayed(variable, self.decay_exclude)
@@ -112,15 +150,19 @@ class _TorchStyle(keras.optimizers.Optimizer):
         wd = tf.cast(self.weight_decay_now(), variable.dtype) if self._is_decayed[i] else tf.zeros([], variable.dtype)
         return i, g, lr, wd
 
-    def _write(self, variable, value: tf.Tensor) -> None:
+    def _write(self, variable, value: tf.Tensor, held: tf.Tensor | None = None) -> None:
+        """``variable`` ← ``value`` unless the loss-scale gate or the variable's hold (``held``: True while it is
+        left out of the update) keeps it as it is."""
         if self._keep is not None:
             value = tf.where(tf.convert_to_tensor(self._keep), value, variable)
+        if held is not None:
+            value = tf.where(held, variable, value)
         self.assign(variable, value)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "weight_decay": self.decay, "weight_decay_end": self.decay_end,
                 "total_steps": self.total_steps, "clip_grad": self.clip_grad, "decay_exclude": self.decay_exclude,
-                "constant_lr": self.constant_lr}
+                "constant_lr": self.constant_lr, "held_steps": self.held.steps}
 
 
 class TorchAdamW(_TorchStyle):
@@ -135,6 +177,7 @@ class TorchAdamW(_TorchStyle):
       clip_grad: per-variable gradient norm limit (0: off).
       decay_exclude: which variables the decay skips (``WEIGHT_DECAY_EXCLUDE``).
       constant_lr, constant_lr_variables: a group held at ``constant_lr`` whatever the schedule.
+      held_variables, held_steps: variables left out of the update for the first ``held_steps`` steps.
     """
 
     def __init__(
@@ -167,16 +210,19 @@ class TorchAdamW(_TorchStyle):
     def update_step(self, gradient, variable, learning_rate) -> None:
         i, g, lr, wd = self._prepare(gradient, variable, learning_rate)
         dtype = variable.dtype
-        t = tf.cast(self.iterations + 1, dtype)  # torch's step after its increment
+        held = self.held.now(i, self.iterations)
+        # torch's step after its increment, counted from the variable's first update (a held one's starts late)
+        t = tf.cast(self.iterations + 1 - (self.held.steps if held is not None else 0), dtype)
+        t = tf.maximum(t, 1.0)  # a held variable's value is not written while t would be below 1
         b1, b2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
         theta = variable * (1.0 - lr * wd)
         m = b1 * self.exp_avgs[i] + (1.0 - b1) * g
         v = b2 * self.exp_avg_sqs[i] + (1.0 - b2) * tf.square(g)
         denom = tf.sqrt(v) / tf.sqrt(1.0 - tf.pow(b2, t)) + tf.cast(self.epsilon, dtype)
         theta = theta - lr / (1.0 - tf.pow(b1, t)) * m / denom
-        self._write(self.exp_avgs[i], m)
-        self._write(self.exp_avg_sqs[i], v)
-        self._write(variable, theta)
+        self._write(self.exp_avgs[i], m, held)
+        self._write(self.exp_avg_sqs[i], v, held)
+        self._write(variable, theta, held)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon}
@@ -219,9 +265,10 @@ class LARS(_TorchStyle):
             param_norm, update_norm = tf.norm(variable), tf.norm(g)
             ratio = self.trust_coefficient * param_norm / tf.where(update_norm > 0, update_norm, 1.0)
             g = g * tf.where((param_norm > 0) & (update_norm > 0), ratio, tf.ones_like(ratio))
+        held = self.held.now(i, self.iterations)
         mu = tf.cast(self.momentum, variable.dtype) * self.momentums[i] + g
-        self._write(self.momentums[i], mu)
-        self._write(variable, variable - lr * mu)
+        self._write(self.momentums[i], mu, held)
+        self._write(variable, variable - lr * mu, held)
 
     def get_config(self) -> dict:
         config = {**super().get_config(), "momentum": self.momentum, "trust_coefficient": self.trust_coefficient}
