@@ -57,6 +57,14 @@ def make_model(method: str, augself=("crop", "color"), *, sync: bool = False, se
     return model
 
 
+def with_conditioning(settings: dict) -> dict:
+    """``settings`` for `build_method` with their ``condition*`` entries (`ModelConfig`'s field names) made the one
+    `Conditioning` a model is handed, built as `ModelConfig` builds it."""
+    flags = {k: v for k, v in settings.items() if k.startswith("condition") and k != "conditioning"}
+    rest = {k: v for k, v in settings.items() if k not in flags}
+    return {**rest, "conditioning": ModelConfig(**flags).conditioning()} if flags else rest
+
+
 def omega(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     """Random ω of every predictable augmentation for `n` views."""
     return {

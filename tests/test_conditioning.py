@@ -23,6 +23,7 @@ from helpers import (
     run_steps,
     tiny_backbone,
     tiny_run,
+    with_conditioning,
 )
 from test_augment import GRAY, NP_JITTER, np_blur, random_image, rebuild_from_crop
 
@@ -30,6 +31,7 @@ from augself_tf.augment import AugmentConfig, augment_view, finish_views, regist
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source
 from augself_tf.methods import build_method
+from augself_tf.methods.model_config import ModelConfig
 from augself_tf.objectives.conditioning import DEFAULT_DEPTH, DEFAULT_WIDTH, ConditionedHead, Conditioning
 from augself_tf.training.loop import train
 
@@ -60,7 +62,7 @@ def build(method: str, *, seed: int = 1, sync: bool = False, **common) -> keras.
     keras.utils.set_random_seed(seed)
     common.setdefault("augment", AugmentConfig(image_size=SIZE))
     model = build_method(method, tiny_backbone(sync), options={**SMALL, "queue_size": 16, "total_steps": 10},
-                         synchronized_bn=sync, **common)
+                         synchronized_bn=sync, **with_conditioning(common))
     model.build_all(SIZE)
     return model
 
@@ -261,6 +263,18 @@ def test_a_conditioned_run_with_augself_in_device_mode_exports_the_backbone_alon
     np.testing.assert_allclose(features, model.backbone(images, training=False).numpy(), rtol=1e-4, atol=1e-5)
     assert dataclasses.replace(cfg, model_dir=None).resolved_model_dir().endswith(
         "moco_augself_crop_color_condition_crop_color_color_diff_blur_grayscale")
+
+
+def test_the_model_is_handed_the_conditioning_its_settings_built():
+    """ModelConfig builds the Conditioning once, from its condition* fields, and hands that object to the model."""
+    cfg = ModelConfig(method="simsiam", condition=("crop", "color"), condition_width=4, condition_depth=2,
+                      condition_kind="hypernet", width=0.0625)
+    built = cfg.conditioning()
+    assert built == Conditioning.create(("color", "crop"), 4, 2, kind="hypernet") and cfg.conditioning() is built
+    model = cfg.build(options={**SMALL, "total_steps": 1, "steps_per_epoch": 1}, input_mean=(0.5,) * 3,
+                      input_std=(0.25,) * 3, synchronized_bn=False, augment=AugmentConfig(image_size=SIZE))
+    assert model.conditioning is built
+    assert dataclasses.replace(cfg, condition=(), condition_kind="concat").conditioning() is None
 
 
 def test_a_method_that_conditions_no_head_is_refused():

@@ -40,6 +40,7 @@ from augself_tf.methods import METHODS, build_method, view_plan
 from augself_tf.methods.dino import DINO
 from augself_tf.models import vit
 from augself_tf.models.vit import ViTSize, build_vit
+from augself_tf.objectives.conditioning import Conditioning
 from augself_tf.training.loop import train
 from augself_tf.training.optim import build_optimizer
 
@@ -297,7 +298,7 @@ def test_local_crops_below_a_vits_patch_and_a_conditioned_head_are_one_line():
                                          r"below the ViT's 4-pixel patch; choose a larger --local_crop_size$"):
         build_method("dino", backbone, options={**HEAD, "local_crops": 2, "local_crop_size": 0.1},
                      augment=AugmentConfig(image_size=16))
-    model = build_method("dino", tiny_backbone(), options=HEAD, condition=("crop",))
+    model = build_method("dino", tiny_backbone(), options=HEAD, conditioning=Conditioning.create(("crop",)))
     with pytest.raises(ValueError, match=r"^--condition: method 'dino' conditions no head"):
         model.build_all(S)
 

@@ -30,6 +30,7 @@ from augself_tf.evaluation.loading import load_model
 from augself_tf.losses.looc_nce import looc_nce
 from augself_tf.methods import build_method
 from augself_tf.methods.looc import parse_looc_augmentations
+from augself_tf.objectives.conditioning import Conditioning
 from augself_tf.training.loop import train
 from augself_tf.training.train_config import config_from_flags, define_train_flags
 
@@ -144,7 +145,7 @@ def test_flags_switch_rotation_on_and_refuse_what_looc_cannot_use():
         with pytest.raises(ValueError, match="'shake' has no parameters ω to copy"):
             parse_looc_augmentations("shake")
     with pytest.raises(ValueError, match="--condition does not compose with --method=looc"):
-        build_method("looc", tiny_backbone(), options=SMALL, condition=("color",))
+        build_method("looc", tiny_backbone(), options=SMALL, conditioning=Conditioning.create(("color",)))
 
 
 @pytest.mark.slow

@@ -28,6 +28,7 @@ from augself_tf.data.eval_view import preprocess
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.methods import build_method, view_plan
 from augself_tf.objectives import OBJECTIVES
+from augself_tf.objectives.conditioning import Conditioning
 from augself_tf.objectives.equimod import EquiMod
 
 SMALL_EQ = {"equimod_weight": 0.5, "equimod_hidden": 12, "equimod_dim": 8}
@@ -153,8 +154,7 @@ def test_the_heads_have_the_references_shapes_and_affine_flags():
 
 def test_it_trains_and_composes_with_augself_and_a_conditioned_projector():
     model = build_method("simsiam", tiny_backbone(), options={"projector_dim": 8, "predictor_hidden": 6, **SMALL_EQ},
-                         augself=("crop", "color"), condition=("crop", "color"), condition_width=8,
-                         condition_depth=2)
+                         augself=("crop", "color"), conditioning=Conditioning.create(("crop", "color"), 8, 2))
     model.build_all(8)
     compile_model(model)
     logs = run_steps(model, [eq_batch(1), eq_batch(2)])

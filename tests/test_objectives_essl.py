@@ -31,6 +31,7 @@ from augself_tf.data.sources import load_source
 from augself_tf.methods import METHODS, build_method, view_plan
 from augself_tf.models.torch_init import Linear
 from augself_tf.objectives import OBJECTIVES
+from augself_tf.objectives.conditioning import Conditioning
 from augself_tf.objectives.essl import ESSL
 from augself_tf.training.checkpoints import saved_name
 from augself_tf.training.loop import train
@@ -133,7 +134,7 @@ def test_every_method_composes_and_its_crop_is_the_view_after_the_methods_own(me
 def test_a_conditioned_projector_and_augself_compose_with_it():
     """--condition conditions the method's projector on views 1 and 2; E-SSL's loss is unchanged by it."""
     model = build_method("simsiam", tiny_backbone(), options={**SMALL, "essl_weight": 0.4, **HEAD},
-                         augself=("crop", "color"), condition=("crop", "color"), condition_width=4, condition_depth=2)
+                         augself=("crop", "color"), conditioning=Conditioning.create(("crop", "color"), 4, 2))
     model.build_all(8)
     b = essl_batch(5)
     _, logs, _ = model.compute_losses(b, training=False)

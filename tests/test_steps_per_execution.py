@@ -61,6 +61,18 @@ def test_auto_steps_per_call_is_log_every_on_accelerators_and_one_on_cpus():
             parse_steps_per_execution(bad)
 
 
+def test_steps_per_call_is_parsed_when_the_config_is_made_and_the_step_holds_the_resolved_value():
+    """Flags or Python, the config holds a positive int or ``auto`` from the start; the run resolves it once and
+    its DistributedSteps sizes every call from that one value."""
+    assert TrainConfig(steps_per_execution="3").steps_per_execution == 3
+    assert TrainConfig(steps_per_execution=None).steps_per_execution == "auto"
+    with pytest.raises(ValueError, match=r"^--steps_per_execution must be 'auto' or a positive integer"):
+        TrainConfig(steps_per_execution="ten")
+    model = type("Model", (), {"train_step": lambda self, batch: {}})()
+    run = DistributedSteps(tf.distribute.OneDeviceStrategy("/cpu:0"), model, steps_per_execution=10)
+    assert [run.call_size(step, 21, (5, 4, 0, 62)) for step in (0, 4, 5, 20)] == [4, 1, 3, 1]
+
+
 def _jit_calls(replicas: int, k: int, steps: int = 5) -> tuple[dict[int, dict], list, list[int]]:
     """A tiny MoCo + AugSelf trained ``steps`` steps under --jit_compile in calls of up to ``k`` steps, fed by a
     distributed iterator as in a run: the logs of each call's last step by step, the weights, the call sizes."""

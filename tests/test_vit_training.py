@@ -20,6 +20,7 @@ from test_objectives_equimod import eq_batch
 from augself_tf.methods import build_method
 from augself_tf.models import vit
 from augself_tf.models.vit import ViTSize, build_vit
+from augself_tf.objectives.conditioning import Conditioning
 from augself_tf.training.optim import build_optimizer
 from augself_tf.training.train_config import config_from_flags, define_train_flags
 
@@ -37,7 +38,7 @@ def test_augself_cassle_and_equimod_train_on_the_class_tokens(tiny_vit):
     model = build_method("mocov3", tiny_vit, options={"projector_hidden": 16, "projector_dim": 8,
                                                       "predictor_hidden": 12, "equimod_weight": 1.0,
                                                       "equimod_hidden": 8, "equimod_dim": 4, "total_steps": 4},
-                         augself={"crop": 1.0, "color": 0.5}, condition=("crop", "color"))
+                         augself={"crop": 1.0, "color": 0.5}, conditioning=Conditioning.create(("crop", "color")))
     model.build_all(S)
     # Each AugSelf head reads [f1, f2], the two views' class tokens (CASSLE's models.py): 2 x the ViT's width.
     assert {name: int(head.layers[0].kernel.shape[0]) for name, head in model.augself_heads.items()} == \

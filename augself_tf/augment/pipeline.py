@@ -12,7 +12,7 @@ from augself_tf.augment import ops, registry
 from augself_tf.augment.augment_config import AugmentConfig
 from augself_tf.augment.steps import DEVICE
 from augself_tf.augment.views import TWO_VIEWS, ViewPlan, batch_views, view_keys
-from augself_tf.data.eval_view import preprocess
+from augself_tf.image_preprocess import preprocess
 
 PHOTOMETRIC_MODES = ("host", "device")
 
@@ -151,8 +151,9 @@ def _draw(image: tf.Tensor, seeds: tf.Tensor, *, view_config: AugmentConfig, pho
 
 
 def eval_view_of(image: tf.Tensor, config: AugmentConfig) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
-    """The evaluation view of one image (``data.eval_view.preprocess``: resize, centre crop, no augmentation) and
-    its ω, the identity's: every step drawn with its probability at 0, the crop the centre square it shows
+    """The evaluation view of one image (`augself_tf.image_preprocess.preprocess`: resize, centre crop, no
+    augmentation; the pixels ``data.eval_view`` shows a backbone) and its ω, the identity's: every step drawn
+    with its probability at 0, the crop the centre square it shows
     ((0.5, 0.5, 1, 1) for a square image), the measurements of an unchanged image.
 
     Returns:

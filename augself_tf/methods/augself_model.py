@@ -22,14 +22,7 @@ from augself_tf.augment.views import TWO_VIEWS, ViewPlan
 from augself_tf.flag_fields import flag_fields, help_text
 from augself_tf.objectives.augself import AugSelf
 from augself_tf.objectives.base import Forward, Objective
-from augself_tf.objectives.conditioning import (
-    DEFAULT_DEPTH,
-    DEFAULT_WIDTH,
-    ConditionedHead,
-    Conditioning,
-    condition_head,
-    head_input,
-)
+from augself_tf.objectives.conditioning import ConditionedHead, Conditioning, condition_head, head_input
 
 __all__ = ["AugSelfModel", "Forward", "Losses", "PretrainData"]
 
@@ -73,19 +66,17 @@ class AugSelfModel(keras.Model):
       synchronized_bn: cross-replica batch statistics in the heads.
       augment: the augmentation settings, for the device stage of a batch made with
         ``photometric="device"`` (``finish_views`` runs at the start of every step, per replica), and for the
-        descriptors of ``condition``.
-      condition: descriptors (keys of ``registry.DESCRIPTORS``) each view's projector is conditioned on
-        (CASSLE, `augself_tf.objectives.conditioning`); () = none, the plain method.
-      condition_width / condition_depth: the ω-embedding MLP's units per layer and linear layers.
-      condition_kind: how the embedding enters the projector (``objectives.conditioning.CONDITION_KINDS``).
-      condition_descriptor: ``absolute`` (each view's own descriptors) or ``relative`` (to the other view's).
-      condition_predictor: condition the method's predictor too (SimSiam: ``self.conditioned_predictor``).
+        descriptors of ``conditioning``.
+      conditioning: the conditioned projector (CASSLE, `augself_tf.objectives.conditioning.Conditioning`, which
+        `ModelConfig` builds from the ``--condition*`` flags): the descriptors each view's projector reads, the
+        ω-embedding MLP, how the embedding enters the projector, and whether the predictor reads it too. None:
+        the plain method.
       objectives: the run's augmentation-aware objectives besides AugSelf (`augself_tf.objectives.OBJECTIVES`),
         each added to the loss with its weight; one that does not compose with the method is refused (ValueError).
       options: the method's ``Options`` (default: ``Options()``), kept as ``self.method_options``.
 
     Conditioning: a method wraps the head that reads the features in ``self.conditioned(...)`` (identity when
-    ``condition`` is empty) and gets [f, d] instead of f in ``method_loss`` — ``head_input`` — where d is the
+    ``conditioning`` is None) and gets [f, d] instead of f in ``method_loss`` — ``head_input`` — where d is the
     view's description; a method with its own ``method_forward`` builds that input with ``head_input`` and
     passes ``describe(ω, ω_other)`` to its momentum encoder. A method with a predictor may wrap it in
     ``self.conditioned_predictor(...)`` and feed it ``predictor_input(z, head input)``.
@@ -159,12 +150,7 @@ class AugSelfModel(keras.Model):
         augself_weight: float = 1.0,
         synchronized_bn: bool = False,
         augment: AugmentConfig | None = None,
-        condition: tuple[str, ...] = (),
-        condition_width: int = DEFAULT_WIDTH,
-        condition_depth: int = DEFAULT_DEPTH,
-        condition_kind: str = "concat",
-        condition_descriptor: str = "absolute",
-        condition_predictor: bool = False,
+        conditioning: Conditioning | None = None,
         objectives: tuple[Objective, ...] = (),
         options: Any = None,
         **kwargs,
@@ -181,8 +167,7 @@ class AugSelfModel(keras.Model):
         weights = augself if isinstance(augself, Mapping) else dict.fromkeys(augself, augself_weight)
         self.synchronized_bn = synchronized_bn
         self.augment_config = augment or AugmentConfig()
-        self.conditioning = Conditioning.create(condition, condition_width, condition_depth, kind=condition_kind,
-                                                descriptor=condition_descriptor, predictor=condition_predictor)
+        self.conditioning = conditioning
         self.predictor_conditioned = False  # set by conditioned_predictor; build_all refuses a flag left unused
         # Every added loss, one way in (`augself_tf.objectives`): AugSelf's heads, then the run's other objectives.
         added = [AugSelf(weights, synchronized_bn=synchronized_bn)] if weights else []

@@ -133,7 +133,11 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         self.augself = _tasks(self.augself)
-        self.conditioning()  # a kind or descriptor mode without --condition fails here, at parse
+        # Built once, here: settings that do not make one (a kind or descriptor mode without --condition) fail at
+        # parse, and `build` hands the model this object. Not a field: run.json records the flags it came from.
+        self._conditioning = Conditioning.create(self.condition, self.condition_width, self.condition_depth,
+                                                 kind=self.condition_kind, descriptor=self.condition_descriptor,
+                                                 predictor=self.condition_predictor)
         self.input_statistics((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))  # a malformed --input_mean/std fails here, at parse
         if not backbones.is_vit(self.backbone):
             vit_only = [f"--{name}" for name, default in VIT_DEFAULTS.items() if getattr(self, name) != default]
@@ -163,15 +167,9 @@ class ModelConfig:
                 _three("input_std", self.input_std, data_std, positive=True))
 
     def conditioning(self) -> Conditioning | None:
-        """The conditioned projector these settings ask for (None: not conditioned).
-
-        Raises:
-          ValueError: ``condition_kind``, ``condition_descriptor`` or ``condition_predictor`` set without
-            ``condition``.
-        """
-        return Conditioning.create(self.condition, self.condition_width, self.condition_depth,
-                                   kind=self.condition_kind, descriptor=self.condition_descriptor,
-                                   predictor=self.condition_predictor)
+        """The conditioned projector these settings ask for, built when the settings were made (None: not
+        conditioned)."""
+        return self._conditioning
 
     def checked_settings(self, input_mean: tuple[float, ...], input_std: tuple[float, ...]) -> dict[str, Any]:
         """Every field by its flag's name as run.json records it, the input statistics resolved (a resumed run
@@ -184,16 +182,14 @@ class ModelConfig:
     def build(self, *, options: Mapping[str, Any], input_mean: tuple[float, ...], input_std: tuple[float, ...],
               synchronized_bn: bool, augment: AugmentConfig) -> AugSelfModel:
         """The backbone and the method of these settings, with the method's completed ``options``
-        (`AugSelfModel.complete_options`), normalising its input with ``input_mean`` / ``input_std``."""
+        (`AugSelfModel.complete_options`), normalising its input with ``input_mean`` / ``input_std``, and the
+        built `Conditioning` of the ``condition*`` fields."""
         backbone = backbones.build(self.backbone, width=self.width, synchronized_bn=synchronized_bn,
                                    input_mean=input_mean, input_std=input_std, image_size=augment.image_size,
                                    patch_size=self.patch_size, position=self.pos_embed, drop_path=self.drop_path,
                                    frozen_patch_projection=self.stop_grad_conv1)
         return build_method(self.method, backbone, options=dict(options), augself=self.task_weights(),
-                            augself_weight=self.augself_weight, condition=self.condition,
-                            condition_width=self.condition_width, condition_depth=self.condition_depth,
-                            condition_kind=self.condition_kind, condition_descriptor=self.condition_descriptor,
-                            condition_predictor=self.condition_predictor,
+                            augself_weight=self.augself_weight, conditioning=self.conditioning(),
                             synchronized_bn=synchronized_bn, augment=augment)
 
 

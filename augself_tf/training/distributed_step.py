@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from augself_tf.runtime.strategy import CLUSTERS, REPLICA_FUNCTION, compile_clusters
 from augself_tf.training.agreement import STOP_KEY, stop_output
-from augself_tf.training.train_config import AUTO_STEPS, parse_steps_per_execution
+from augself_tf.training.train_config import AUTO_STEPS
 
 #: The extra entries after the logs: the replica's first non-finite step of the call (1-based offset, 0 =
 #: none), and 1.0 when it had one. Both are averaged with the logs.
@@ -29,15 +29,15 @@ _NONFINITE_ENTRIES = 2
 
 
 def resolve_steps_per_execution(value: int | str, strategy: tf.distribute.Strategy, log_every: int) -> int:
-    """``--steps_per_execution`` for ``strategy``'s replicas: an int as given; ``auto`` -> ``log_every`` when they
-    are GPUs or TPUs, else 1.
+    """``--steps_per_execution`` as `TrainConfig` holds it (parsed: a positive int or ``auto``) for ``strategy``'s
+    replicas: an int as given; ``auto`` -> ``log_every`` when they are GPUs or TPUs, else 1. A run resolves it
+    once, when it starts, and hands the result to its `DistributedSteps`.
 
     A call never crosses a log point, so ``log_every`` is the largest K that groups steps at all. On an
     accelerator a step takes milliseconds and the host's cost per call (dispatch, the eager ``next()``, the
     reduction and copy of the logs) is of the same order; on CPUs the step is the host's own work and several
     steps per call measured no gain (docs/benchmarks.md, §8 "Steps per call").
     """
-    value = parse_steps_per_execution(value)
     if value != AUTO_STEPS:
         return int(value)
     kinds = {tf.DeviceSpec.from_string(d).device_type for d in strategy.extended.worker_devices}
@@ -94,6 +94,7 @@ class DistributedSteps:
     NaN/Inf, so the loop need not fetch the loss after every call (a fetch stalls an accelerator's queue).
     With `stop_request` (this worker's stop vote, :class:`~augself_tf.training.agreement.StopAgreement`) the
     logs carry one more entry, ``STOP_KEY``, averaged with the others: above zero when any worker voted.
+    ``steps_per_execution`` (resolved: `resolve_steps_per_execution`) is the most steps `call_size` gives a call.
     """
 
     def __init__(
@@ -103,9 +104,11 @@ class DistributedSteps:
         jit_compile: bool | str | None = False,
         nonfinite_step: tf.Variable | None = None,
         stop_request: tf.Variable | None = None,
+        steps_per_execution: int = 1,
     ) -> None:
         self.strategy = strategy
         self.model = model
+        self.steps_per_execution = steps_per_execution
         self.nonfinite_step = nonfinite_step
         self.stop_request = stop_request
         if jit_compile and jit_compile not in (True, REPLICA_FUNCTION, CLUSTERS):
@@ -176,6 +179,11 @@ class DistributedSteps:
         for i in tf.range(steps):
             carry = self.strategy.run(self.replica_step, args=(next(iterator), carry, i))
         return self._reduce(carry, start)
+
+    def call_size(self, step: int, total_steps: int, cadences: tuple[int, ...]) -> int:
+        """How many steps the call after ``step`` runs: ``steps_per_execution``, cut at the next point of
+        ``cadences`` and at ``total_steps`` (`steps_in_call`)."""
+        return steps_in_call(step, self.steps_per_execution, total_steps, cadences)
 
     def first(self, batch: dict) -> StepLogs:
         """One step on ``batch``, taken from the iterator by the host (the K = 1 path, and a process's first step)."""

@@ -1,51 +1,37 @@
-"""The pretraining loop: strategy, input, model, checkpoints, TensorBoard, NaN guard and export."""
+"""A pretraining run in its stages (`train`): prepare (training/run_start.py), build and restore, the step loop
+(training/step_loop.py), finish (export and report); and what the stages and the benchmarks share, the run's model
+(`build_model`) and its input (`distributed_pairs`)."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 
 import keras
 import tensorflow as tf
 
-from augself_tf.augment import PHOTOMETRIC_MODES, finish_views
-from augself_tf.augment.views import check_pair_batch
 from augself_tf.data.pretrain import make_pair_dataset
-from augself_tf.data.sources import load_source, pair_records, source_info
+from augself_tf.data.sources import load_source, pair_records
 from augself_tf.image_statistics import IMAGENET_MEAN, IMAGENET_STD
-from augself_tf.methods import METHODS, derived_options, view_plan
+from augself_tf.methods import METHODS, view_plan
 from augself_tf.methods.augself_model import AugSelfModel, PretrainData
-from augself_tf.objectives import OBJECTIVES
-from augself_tf.progress import Progress
-from augself_tf.runtime.determinism import make_deterministic
-from augself_tf.runtime.preemption import Preempted, StopSignals
-from augself_tf.runtime.run_lock import RunLock
-from augself_tf.runtime.strategy import CLUSTERS, compile_mode, is_chief, make_strategy
-from augself_tf.training import summaries
-from augself_tf.training.agreement import StopAgreement, agree_on_resume
-from augself_tf.training.checkpoint_files import LIMIT, clean_temp, intact_checkpoint, save_verified
-from augself_tf.training.checkpoints import (
-    check_run_settings,
-    make_checkpoint,
-    recorded_derived,
-    restore,
-    training_state,
-)
-from augself_tf.training.distributed_step import DistributedSteps, resolve_steps_per_execution, steps_in_call
-from augself_tf.training.health import NonFiniteLossError, advice, make_state_check
-from augself_tf.training.hparams import write_run_hparams
-from augself_tf.training.monitors import build_monitors, plan_monitors
+from augself_tf.runtime.preemption import StopSignals
+from augself_tf.training.agreement import agree_on_resume
+from augself_tf.training.checkpoint_files import clean_temp, intact_checkpoint
+from augself_tf.training.checkpoints import check_run_settings, make_checkpoint, restore, training_state
+from augself_tf.training.health import NonFiniteLossError
 from augself_tf.training.optim import build_optimizer
 from augself_tf.training.run_exports import export_run
+from augself_tf.training.run_start import RunStart, check_model_dir, prepare, resolve_photometric
+from augself_tf.training.step_loop import Restored, StepLoop
 from augself_tf.training.train_config import TrainConfig
 
-__all__ = ["NonFiniteLossError", "TrainConfig", "TrainResult", "build_model", "distributed_pairs", "train"]
+__all__ = ["NonFiniteLossError", "TrainConfig", "TrainResult", "build_and_restore", "build_model", "check_model_dir",
+           "distributed_pairs", "finish", "pair_source", "resolve_photometric", "train"]
 
 
 @dataclasses.dataclass
@@ -110,16 +96,6 @@ def pair_source(cfg: TrainConfig, cache: bool):
     return source
 
 
-def resolve_photometric(mode: str) -> str:
-    """``auto`` -> ``device`` when a GPU or TPU is visible (the host's CPUs would bind), else ``host``."""
-    if mode not in ("auto", *PHOTOMETRIC_MODES):
-        raise ValueError(f"unknown photometric mode {mode!r}; choose from auto, {', '.join(PHOTOMETRIC_MODES)}")
-    if mode != "auto":
-        return mode
-    accelerators = tf.config.list_logical_devices("GPU") + tf.config.list_logical_devices("TPU")
-    return "device" if accelerators else "host"
-
-
 def build_model(
     cfg: TrainConfig,
     strategy: tf.distribute.Strategy,
@@ -162,24 +138,6 @@ def build_model(
     return model
 
 
-def _log(cfg: TrainConfig, msg: str) -> None:
-    if cfg.verbose:
-        print(msg, flush=True)
-
-
-def check_model_dir(model_dir: str) -> None:
-    """Creates ``model_dir`` and proves it writable; a file there or an unwritable place is one ValueError line."""
-    if os.path.exists(model_dir) and not os.path.isdir(model_dir):
-        raise ValueError(f"--model_dir {model_dir} is a file, not a directory; choose another --model_dir")
-    try:
-        os.makedirs(model_dir, exist_ok=True)
-        with tempfile.TemporaryFile(dir=model_dir):
-            pass
-    except OSError as err:
-        raise ValueError(f"--model_dir {model_dir} is not writable ({err.strerror or err}); choose another "
-                         "--model_dir") from None
-
-
 def train(cfg: TrainConfig) -> TrainResult:
     """Runs (or resumes) one pretraining run and exports the backbone. Returns where outputs are.
 
@@ -191,210 +149,67 @@ def train(cfg: TrainConfig) -> TrainResult:
       RunLockLostError: another run took this run's lock over; nothing was saved after that.
     """
     with StopSignals() as stop, contextlib.ExitStack() as held:  # held: the run lock, released on every exit
-        return _train(cfg, stop, held)
+        start = prepare(cfg, stop, held)  # strategy, resolved settings, the data's facts, lock, run.json's check
+        loop = StepLoop(start, build_and_restore(start), stop)
+        loop.run(lambda step: iter(distributed_pairs(start.strategy, start.cfg, start.data.steps_per_epoch, step)))
+        return finish(start, loop)
 
 
-def _train(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> TrainResult:
-    run_start = time.perf_counter()
-    if cfg.deterministic:
-        make_deterministic()
-    if cfg.mixed_precision == "float16" and cfg.strategy == "tpu":
-        raise ValueError("--mixed_precision=float16 is not for TPUs (their matrix units compute in bfloat16); use "
-                         "--mixed_precision=bfloat16")
-    strategy = make_strategy(cfg.strategy, cfg.cpu_replicas, cfg.tpu)
-    stop.reinstall()  # a multi-worker strategy's runtime takes SIGTERM over below Python: take it back
-    cfg = dataclasses.replace(cfg, photometric=resolve_photometric(cfg.photometric),
-                              steps_per_execution=resolve_steps_per_execution(cfg.steps_per_execution, strategy,
-                                                                              cfg.log_every),
-                              model_dir=cfg.resolved_model_dir())
-    replicas = strategy.num_replicas_in_sync
-    if cfg.batch_size % replicas:
-        raise ValueError(f"global batch size {cfg.batch_size} is not divisible by the {replicas} replicas")
-    check_pair_batch(view_plan(cfg.model.method, cfg.model.method_options), cfg.batch_size // replicas)
-    mode = compile_mode(strategy) if cfg.jit_compile else None
-    if mode == CLUSTERS:
-        _log(cfg, f"--jit_compile on {replicas} CPU replicas: XLA compiles the step's clusters, the cross-replica "
-                  "reductions between them (XLA has no CPU collectives; GPUs and TPUs compile the whole replica "
-                  "function)")
-    if cfg.mixed_precision:
-        keras.mixed_precision.set_global_policy(f"mixed_{cfg.mixed_precision}")
-    chief = is_chief(strategy)
-    keras.utils.set_random_seed(cfg.seed)  # Keras initialisers draw from this; the input is seeded by cfg.seed
+def build_and_restore(start: RunStart) -> Restored:
+    """The run's model built, run.json written, and the newest intact checkpoint restored (the step it holds).
 
-    info = source_info(cfg.dataset, cfg.split, data_dir=cfg.data_dir)
-    if not info.num_examples:
-        raise ValueError(f"dataset '{cfg.dataset}' split '{cfg.split}' has an unknown or zero size")
-    steps_per_epoch = info.num_examples // cfg.batch_size
-    if steps_per_epoch == 0:
-        raise ValueError(f"batch size {cfg.batch_size} exceeds the {info.num_examples} examples of '{cfg.dataset}'")
-    total_steps = steps_per_epoch * cfg.epochs
-    if cfg.max_steps is not None:
-        total_steps = min(total_steps, cfg.max_steps)
-    monitor_plan = plan_monitors(cfg, info.num_examples)  # bad monitor flags fail before the model is built
-
-    input_mean, input_std = cfg.model.input_statistics(info.mean, info.std)
-    model_dir = os.path.abspath(cfg.model_dir)
-    lock = None
-    if chief:  # other workers write to scratch directories: the chief's lock covers the run
-        check_model_dir(model_dir)
-        # Before anything reads or repairs the directory: a second run must not touch a live run's files.
-        lock = held.enter_context(RunLock(model_dir, log=lambda msg: _log(cfg, msg)))
-        stop.before_exit_now.append(lock.release)
-    # Before anything is built: a resume with other model settings stops at once, naming the flags. The file
-    # is written once the model is built, so that settings no model can be built from are never recorded.
-    model_settings = cfg.model.checked_settings(input_mean, input_std)
-    check_run_settings(model_dir, model_settings, write=False)
-    # Non-chief workers must still take part in saving (collectives), but write to scratch space.
-    write_dir = model_dir if chief else tempfile.mkdtemp(prefix="augself_worker_")
-    ckpt_dir = os.path.join(write_dir, "checkpoints")
-    tb_dir = os.path.join(model_dir, "tensorboard")
-
-    data = PretrainData(cfg.dataset, info.num_examples, max(0, info.num_classes or 0), cfg.batch_size, total_steps,
-                        steps_per_epoch)
-    # Options the method derived from the batch when the run started (MoCo's queue size) are reused: a resume
-    # with another global batch (8 GPUs, then 4) must rebuild the variables the checkpoint holds.
-    reused = recorded_derived(model_dir, cfg.model.method_options)
-    if reused:
-        _log(cfg, "Reusing what the run derived when it started (run.json): "
-                  f"{', '.join(f'--{k}={v}' for k, v in sorted(reused.items()))}")
-        cfg = dataclasses.replace(cfg, model=dataclasses.replace(
-            cfg.model, method_options={**cfg.model.method_options, **reused}))
-    derived = {**derived_options(cfg.model.method, cfg.model.method_options, data), **reused}
-    model = build_model(cfg, strategy, data, input_mean, input_std, log=lambda msg: _log(cfg, msg))
-    check_run_settings(model_dir, model_settings, write=chief, derived=derived)
+    Raises:
+      CheckpointFileError: checkpoint files are there but none is intact.
+    """
+    model = build_model(start.cfg, start.strategy, start.data, start.input_mean, start.input_std, log=start.log)
+    check_run_settings(start.model_dir, start.model_settings, write=start.chief, derived=start.derived)
     optimizer = model.optimizer
-    with strategy.scope():
+    with start.strategy.scope():
         state = training_state(model, optimizer)
         checkpoint = make_checkpoint(model, optimizer)
     # Every worker resumes from the CHIEF's checkpoints (model_dir must be shared by all workers): a
     # non-chief's own scratch dir is new on every launch, and workers at different steps would deadlock.
-    chief_ckpt_dir = os.path.join(model_dir, "checkpoints")
-    log = lambda msg: _log(cfg, msg)  # noqa: E731
-    if chief:
-        clean_temp(chief_ckpt_dir, log)
-    latest = intact_checkpoint(chief_ckpt_dir, log if chief else lambda _m: None, repair=chief)
-    agree_on_resume(strategy, latest, chief_ckpt_dir)  # several workers: all at one step, or one line and exit
-    last_saved = latest
+    if start.chief:
+        clean_temp(start.chief_ckpt_dir, start.log)
+    latest = intact_checkpoint(start.chief_ckpt_dir, start.log if start.chief else lambda _m: None, repair=start.chief)
+    agree_on_resume(start.strategy, latest, start.chief_ckpt_dir)  # several workers: all at one step, or one line
     if latest:
         restore(checkpoint, latest, state)
-        _log(cfg, f"Resumed from {latest}")
+        start.log(f"Resumed from {latest}")
     step = int(optimizer.iterations.numpy())
+    total_steps = start.data.total_steps
     if total_steps == 0:
-        _log(cfg, "--max_steps=0: the initialised network is exported untrained (a floor)")
+        start.log("--max_steps=0: the initialised network is exported untrained (a floor)")
     elif step >= total_steps:
-        _log(cfg, f"Already trained {step}/{total_steps} steps in {model_dir}")
+        start.log(f"Already trained {step}/{total_steps} steps in {start.model_dir}")
+    return Restored(model, checkpoint, state, step, latest)
 
-    nonfinite_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_step")
-    stops = StopAgreement(strategy, stop)  # several workers stop at one agreed step
-    run_steps = DistributedSteps(strategy, model, mode, nonfinite_step, stops.request)
-    bad_variable = make_state_check(state)
-    what_to_do = advice(cfg.lr, cfg.batch_size, cfg.model.augself_weight,
-                        {t.name: t.weight for t in cfg.model.augself})
 
-    def check_finite(step: int) -> None:
-        """Raises if any step so far had a NaN/Inf loss, or if a weight, BN statistic or buffer is NaN/Inf or
-        overflowing now; called at log steps and before every save, so every checkpoint is sound."""
-        bad = int(nonfinite_step.numpy())
-        where = None if bad else bad_variable()
-        if bad or where:
-            what = (f"loss became NaN or Inf at step {bad}" if bad else
-                    f"training diverged by step {step}: {where} holds NaN/Inf or values beyond {LIMIT:g}")
-            raise NonFiniteLossError(
-                f"{what}; stopped without saving. The last good checkpoint in {ckpt_dir} is "
-                f"{last_saved or '(none yet)'}; {what_to_do}."
-            )
+def finish(start: RunStart, loop: StepLoop) -> TrainResult:
+    """The run's end: the lock checked, the backbone exported (by the chief), a worker's scratch removed, and
+    where everything is, printed and returned.
 
-    def save(step: int) -> str:
-        if lock is not None:
-            lock.check()
-        check_finite(step)
-        return save_verified(checkpoint, ckpt_dir, step, cfg.keep_checkpoints, chief=chief)
-
-    writer = summaries.make_writer(tb_dir if chief else None)
-    if writer is not None and step == 0:  # once per run: a resumed run is the same HParams session
-        write_run_hparams(writer, cfg, trial_id=os.path.basename(model_dir))
-    _log(cfg, summaries.describe_run(cfg, replicas, info.num_examples, steps_per_epoch, total_steps,
-                                     cfg.photometric, (input_mean, input_std)))  # resolved at the top of train()
-    # In a log file: about 50 lines per run, each on a logging step so its losses are fresh.
-    progress = Progress(total_steps, "pretrain", enabled=bool(cfg.verbose), line_multiple=cfg.log_every)
-    monitors = None
-    if monitor_plan is not None and step < total_steps:
-        monitors = build_monitors(monitor_plan, cfg, strategy, model.backbone, writer, lambda msg: _log(cfg, msg))
-    monitor_every = steps_per_epoch * cfg.monitor_every
-    if monitors is not None and step == 0:  # the "before training" point of a fresh run
-        monitors.run(step, 0.0)
-    # Created after that point: its background prefetching would compete with the monitors for the CPU.
-    iterator = iter(distributed_pairs(strategy, cfg, steps_per_epoch, step))
-    progress.update(step)
-    last_logs: dict = {}
-    t0, pairs_since = time.perf_counter(), 0
-    every = cfg.checkpoint_every or steps_per_epoch
-    # A call stops short of the next log, save, monitor or epoch point: cadences stay exact whatever K.
-    cadences = (cfg.log_every, every, monitor_every if monitors is not None else 0, steps_per_epoch)
-    while step < total_steps:
-        peek = None
-        if step == 0 and chief:  # the views the model sees, from the first batch (taken by the host)
-            peek = lambda batch: summaries.write_views(  # noqa: E731
-                writer, finish_views(strategy.experimental_local_results(batch)[0], cfg.augment), 0)
-        stops.arm()
-        # Dispatched; nothing below waits for it except at log and save points.
-        logs, ran = run_steps(iterator, steps_in_call(step, cfg.steps_per_execution, total_steps, cadences), peek)
-        signum = stops.stop_signal(logs)  # several workers: the previous call's agreed request
-        step += ran
-        pairs_since += cfg.batch_size * ran
-        if step % cfg.log_every == 0 or step == total_steps:
-            check_finite(step)
-            last_logs = logs.fetch()  # one copy of the call's packed logs
-            dt = time.perf_counter() - t0
-            last_logs["pairs_per_sec"] = pairs_since / max(dt, 1e-9)
-            summaries.write_scalars(writer, last_logs, step)
-            t0, pairs_since = time.perf_counter(), 0
-            # loss/augself is logged (as 0) without AugSelf too, so TensorBoard's tags match across runs; not shown
-            shown = {k.split("/")[-1]: last_logs[k] for k in ("loss/total", "loss/method", "loss/augself")
-                     if k in last_logs and (k != "loss/augself" or model.augself_heads)}
-            shown.update({k.split("/")[0]: v for k, v in last_logs.items()  # each objective's, by its key
-                          if k.endswith("/loss") and k.split("/")[0] in OBJECTIVES})
-            progress.update(step, shown)
-        else:
-            progress.update(step)
-        if step % every == 0 or step == total_steps:
-            last_saved = save(step)
-        if signum is not None and step < total_steps:
-            if last_saved is None or not last_saved.endswith(f"-{step}"):
-                last_saved = save(step)  # every worker saves (a collective); the chief's copy is the one kept
-            progress.close()
-            if writer is not None:
-                writer.flush()
-            if not chief:
-                shutil.rmtree(write_dir, ignore_errors=True)
-            saved = last_saved if chief else os.path.join(chief_ckpt_dir, f"ckpt-{step}")
-            raise Preempted(f"stopped by {stops.reason(signum)} after step {step}/{total_steps}; saved {saved}; the "
-                            "same command resumes from there", signum)
-        if monitors is not None and (step % monitor_every == 0 or step == total_steps):
-            progress.close()  # ends a terminal bar's line; the bar resumes below the monitor line
-            t0 += monitors.run(step, step / steps_per_epoch)["seconds"]  # not counted in pairs/s
-        if cfg.on_step is not None:
-            cfg.on_step(step)
-    progress.close()
-    if writer is not None:
-        writer.flush()
-
+    Raises:
+      RunLockLostError: another run took the lock over; nothing is exported.
+    """
+    cfg = start.cfg
     saved_model_dir = None
-    if lock is not None:
-        lock.check()
-    if cfg.export and chief:
-        saved_model_dir = export_run(cfg, model, model_dir, lambda msg: _log(cfg, msg))
-    if not chief:  # the scratch checkpoints only served the collective saves
-        shutil.rmtree(write_dir, ignore_errors=True)
+    if start.lock is not None:
+        start.lock.check()
+    if cfg.export and start.chief:
+        saved_model_dir = export_run(cfg, loop.model, start.model_dir, start.log)
+    if not start.chief:  # the scratch checkpoints only served the collective saves
+        shutil.rmtree(start.write_dir, ignore_errors=True)
     if cfg.verbose:
-        print(f"\nTensorBoard events: {tb_dir}")
-        print(f"Checkpoints:        {ckpt_dir}")
+        print(f"\nTensorBoard events: {start.tb_dir}")
+        print(f"Checkpoints:        {start.ckpt_dir}")
         if saved_model_dir:
             print(f"SavedModel:         {saved_model_dir}")
-        if monitors is not None:
-            run_seconds = time.perf_counter() - run_start
-            print(f"Monitors took {monitors.seconds_total:.1f} s of the run's {run_seconds:.1f} s "
-                  f"({100 * monitors.seconds_total / max(run_seconds, 1e-9):.1f}%)")
+        if loop.monitors is not None:
+            run_seconds = time.perf_counter() - start.started
+            monitor_seconds = loop.monitors.seconds_total
+            print(f"Monitors took {monitor_seconds:.1f} s of the run's {run_seconds:.1f} s "
+                  f"({100 * monitor_seconds / max(run_seconds, 1e-9):.1f}%)")
         sys.stdout.flush()
-    return TrainResult(model_dir, ckpt_dir, tb_dir, saved_model_dir, step, last_logs, model,
-                       monitors.last if monitors is not None else {})
+    return TrainResult(start.model_dir, start.ckpt_dir, start.tb_dir, saved_model_dir, loop.step, loop.last_logs,
+                       loop.model, loop.monitors.last if loop.monitors is not None else {})

@@ -108,7 +108,7 @@ class TrainConfig:
                     "call stops short of the next log, checkpoint, monitor or epoch point, so every cadence stays "
                     "exact; the progress line and TrainConfig.on_step see call ends, and a stop signal is acted "
                     "on after the call under way (up to K - 1 steps later).",
-        parse=parse_steps_per_execution, text=str)
+        text=str)
     deterministic: bool = option(False, "Bit-identical reruns and resumes: op determinism, and on CPU one thread "
                                          "per op (several times slower; see docs/distributed.md).")
     photometric: str = option("auto", "Where the photometric augmentations run: 'host' in tf.data, 'device' "
@@ -145,6 +145,11 @@ class TrainConfig:
                                          "Temperature of the kNN monitors' vote weights exp(cosine / T).")
     verbose: int = 1
     on_step: Callable[[int], None] | None = None  # called after each call with its last step (tests interrupt)
+
+    def __post_init__(self) -> None:
+        # Parsed here, once, whether the value came from the flag's text or from Python: the run resolves
+        # ``auto`` when it knows its devices (training/run_start.py) and reads an int or ``auto`` only.
+        self.steps_per_execution = parse_steps_per_execution(self.steps_per_execution)
 
     def resolved_model_dir(self) -> str:
         """``model_dir``, or runs/<method>[_augself_<augs>][_condition_<descriptors>[_<kind>][_relative]
