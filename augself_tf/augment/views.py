@@ -39,6 +39,27 @@ from augself_tf.augment import registry
 from augself_tf.augment.augment_config import AugmentConfig
 
 
+def parse_area_range(flag: str, text: str) -> tuple[float, float]:
+    """``"lo,hi"`` -> (lo, hi), a crop's area range as fractions of the image (an extra view's ``crop_scale``).
+
+    Raises:
+      ValueError: not two numbers with 0 < lo <= hi <= 1 (one line naming ``--flag``).
+    """
+    try:
+        lo, hi = (float(v) for v in str(text).split(","))
+    except ValueError:
+        lo = hi = math.nan
+    if not 0.0 < lo <= hi <= 1.0:
+        raise ValueError(f"--{flag} must be lo,hi with 0 < lo <= hi <= 1, got {text!r}")
+    return lo, hi
+
+
+def side_pixels(size: float, image_size: int) -> int:
+    """A view's side: ``size`` pixels when above 1, else that fraction of ``image_size`` rounded half up (the
+    rounding :meth:`ViewSpec.config_for` applies to ``size_fraction``)."""
+    return int(size) if size > 1 else max(1, math.floor(size * image_size + 0.5))
+
+
 def copyable_steps() -> list[str]:
     """Steps whose draws a view can copy: registered steps with parameters ω (so equal draws can be seen)."""
     return [s.name for s in sorted(registry.PIPELINE, key=lambda s: s.seed_slot) if s.omega is not None]
@@ -83,8 +104,8 @@ class ViewSpec:
             return config
         size = self.image_size
         if size is None:
-            size = config.image_size if self.size_fraction is None else \
-                max(1, math.floor(self.size_fraction * config.image_size + 0.5))
+            size = config.image_size if self.size_fraction is None else side_pixels(self.size_fraction,
+                                                                                     config.image_size)
         lo, hi = self.crop_scale if self.crop_scale is not None else config.crop_scale
         return dataclasses.replace(config, image_size=int(size), crop_min_scale=lo, crop_max_scale=hi)
 

@@ -26,7 +26,7 @@ import math
 import keras
 import tensorflow as tf
 
-from augself_tf.augment.views import ViewPlan, ViewSpec
+from augself_tf.augment.views import ViewPlan, ViewSpec, parse_area_range, side_pixels
 from augself_tf.flag_fields import declared_options, option
 from augself_tf.losses.dino_distillation import dino_cross_entropy, global_batch_mean, updated_center
 from augself_tf.methods.augself_model import Forward
@@ -36,23 +36,6 @@ from augself_tf.models.vit import is_vit_model
 
 #: DINO's global crop area without local crops (its help: "we recommend --global_crops_scale 0.14 1.") and with.
 GLOBAL_SCALE_ALONE, GLOBAL_SCALE_MULTI_CROP = (0.14, 1.0), (0.4, 1.0)
-
-
-def parse_scale(flag: str, text: str) -> tuple[float, float]:
-    """``"lo,hi"`` -> (lo, hi), an area range as fractions of the image; one ValueError line naming ``--flag``."""
-    try:
-        lo, hi = (float(v) for v in str(text).split(","))
-    except ValueError:
-        lo = hi = math.nan
-    if not 0.0 < lo <= hi <= 1.0:
-        raise ValueError(f"--{flag} must be lo,hi with 0 < lo <= hi <= 1, got {text!r}")
-    return lo, hi
-
-
-def local_crop_pixels(size: float, image_size: int) -> int:
-    """The local crops' side: ``size`` pixels above 1, else that fraction of ``image_size`` rounded half up (the
-    rounding of `ViewSpec.config_for`)."""
-    return int(size) if size > 1 else max(1, math.floor(size * image_size + 0.5))
 
 
 class DINOHead(keras.layers.Layer):
@@ -161,10 +144,10 @@ class DINO(MomentumMethod):
 
         def crop_scales(self) -> tuple[tuple[float, float], tuple[float, float]]:
             """(global, local) crop area ranges."""
-            local = parse_scale("local_crop_scale", self.local_crop_scale)
+            local = parse_area_range("local_crop_scale", self.local_crop_scale)
             if self.global_crop_scale.strip() == "auto":
                 return (GLOBAL_SCALE_MULTI_CROP if self.local_crops else GLOBAL_SCALE_ALONE), local
-            return parse_scale("global_crop_scale", self.global_crop_scale), local
+            return parse_area_range("global_crop_scale", self.global_crop_scale), local
 
     @classmethod
     def view_plan(cls, options) -> ViewPlan:
@@ -187,7 +170,7 @@ class DINO(MomentumMethod):
         self.vit = is_vit_model(backbone)
         if self.vit and o.local_crops:
             patch = backbone.get_layer("patch_embed").kernel_size[0]
-            pixels = local_crop_pixels(o.local_crop_size, self.augment_config.image_size)
+            pixels = side_pixels(o.local_crop_size, self.augment_config.image_size)
             if pixels < patch:
                 raise ValueError(f"--local_crop_size={o.local_crop_size:g} gives {pixels}-pixel local crops at "
                                  f"--image_size={self.augment_config.image_size}, below the ViT's {patch}-pixel "

@@ -22,34 +22,13 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from augself_tf.augment.views import ViewPlan, ViewSpec, view_keys
+from augself_tf.augment.views import ViewPlan, ViewSpec, parse_area_range, side_pixels, view_keys
 from augself_tf.flag_fields import declared_options, option
 from augself_tf.models.torch_init import Linear
 from augself_tf.objectives.base import Objective
 
 ROTATIONS = 4
 MIN_CROP_PIXELS = 8  # below this a ResNet's stem leaves too little of the crop to tell its rotation
-
-
-def parse_scale(text: str) -> tuple[float, float]:
-    """``"lo,hi"`` -> (lo, hi), the extra crop's area range as fractions of the image.
-
-    Raises:
-      ValueError: not two numbers with 0 < lo <= hi <= 1 (one line naming ``--essl_crop_scale``).
-    """
-    try:
-        lo, hi = (float(v) for v in str(text).split(","))
-    except ValueError:
-        lo = hi = math.nan
-    if not 0.0 < lo <= hi <= 1.0:
-        raise ValueError(f"--essl_crop_scale must be lo,hi with 0 < lo <= hi <= 1, got {text!r}")
-    return lo, hi
-
-
-def crop_pixels(crop_size: float, image_size: int) -> int:
-    """The extra crop's side in pixels: ``crop_size`` pixels when above 1, else that fraction of ``image_size``
-    rounded half up (`ViewSpec.config_for`'s rounding)."""
-    return int(crop_size) if crop_size > 1 else max(1, math.floor(crop_size * image_size + 0.5))
 
 
 def rotation_head(hidden: int, bottleneck: int, name: str) -> keras.Sequential:
@@ -106,7 +85,7 @@ class ESSL(Objective):
             if size > 1 and (size != int(size) or size < MIN_CROP_PIXELS):
                 raise ValueError(f"--essl_crop_size in pixels must be a whole number >= {MIN_CROP_PIXELS}, got "
                                  f"{size:g}")
-            parse_scale(self.essl_crop_scale)
+            parse_area_range("essl_crop_scale", self.essl_crop_scale)
             for name in ("essl_hidden", "essl_bottleneck"):
                 if getattr(self, name) < 0:
                     raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
@@ -114,7 +93,7 @@ class ESSL(Objective):
         @property
         def crop_scale(self) -> tuple[float, float]:
             """(lo, hi) of ``essl_crop_scale``."""
-            return parse_scale(self.essl_crop_scale)
+            return parse_area_range("essl_crop_scale", self.essl_crop_scale)
 
     @classmethod
     def extend_views(cls, plan: ViewPlan, options: dict[str, Any]) -> ViewPlan:
@@ -132,7 +111,7 @@ class ESSL(Objective):
     def build_objective(self, model: keras.Model) -> None:
         """The head on the backbone's features; refuses an extra crop under 8 pixels at the run's image size."""
         o = self.options
-        pixels = crop_pixels(o.essl_crop_size, model.augment_config.image_size)
+        pixels = side_pixels(o.essl_crop_size, model.augment_config.image_size)
         if pixels < MIN_CROP_PIXELS:
             raise ValueError(f"--essl_crop_size={o.essl_crop_size:g} gives a {pixels}-pixel crop at --image_size="
                              f"{model.augment_config.image_size}; it must be at least {MIN_CROP_PIXELS} pixels")
