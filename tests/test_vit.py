@@ -174,6 +174,25 @@ def test_drop_path_drops_whole_examples_in_training_only():
     np.testing.assert_array_equal(layer(x, training=False).numpy(), x.numpy())
 
 
+def test_drop_path_on_two_replicas_drops_what_one_device_drops_and_each_replica_its_own_examples():
+    """The layer's seed state is mirrored, so without care both replicas would draw the same mask: each must take its
+    rows of the global batch's mask (examples 0-3 on replica 0, 4-7 on replica 1), as one device draws them."""
+    x = tf.reshape(tf.range(1.0, 9.0), [8, 1, 1]) * tf.ones([8, 3, 2])
+    one = DropPath(0.5, seed=11)(x, training=True).numpy()
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")[:2]]
+    assert len(devices) == 2, "conftest provides two logical CPUs"
+    strategy = tf.distribute.MirroredStrategy(devices)
+    with strategy.scope():
+        layer = DropPath(0.5, seed=11)
+    halves = strategy.experimental_distribute_values_from_function(
+        lambda ctx: x[ctx.replica_id_in_sync_group * 4:(ctx.replica_id_in_sync_group + 1) * 4])
+    out = strategy.run(tf.function(lambda v: layer(v, training=True)), args=(halves,))
+    both = np.concatenate([t.numpy() for t in strategy.experimental_local_results(out)])
+    np.testing.assert_array_equal(both, one)
+    kept = one.reshape(8, -1)[:, 0] != 0.0
+    assert kept[:4].tolist() != kept[4:].tolist()  # the two replicas' masks differ (this seed's draw)
+
+
 def test_clone_model_gives_the_same_function_on_new_variables(tiny_size):
     model = build_vit(tiny_size, image_size=8, frozen_patch_projection=True)
     _randomize(model)

@@ -177,8 +177,15 @@ class DropPath(layers.Layer):
         if not training or not self.rate:
             return x
         keep = 1.0 - self.rate
-        shape = [tf.shape(x)[0]] + [1] * (len(x.shape) - 1)
-        mask = tf.floor(keep + keras.random.uniform(shape, seed=self.seed_generator, dtype=x.dtype))
+        local = tf.shape(x)[0]
+        # The generator's state is the same on every replica: each draws the global batch's mask and keeps its own
+        # rows, so replicas drop different examples and N replicas drop what one device does with the whole batch.
+        context = tf.distribute.get_replica_context()
+        replicas = context.num_replicas_in_sync if context is not None else 1
+        draw = keras.random.uniform([local * replicas], seed=self.seed_generator, dtype=x.dtype)
+        if replicas > 1:  # a slice of static size: XLA compiles it on every replica (a dynamic-slice)
+            draw = tf.slice(draw, [tf.cast(context.replica_id_in_sync_group, tf.int32) * local], [local])
+        mask = tf.reshape(tf.floor(keep + draw), [local] + [1] * (len(x.shape) - 1))
         return x / tf.cast(keep, x.dtype) * mask
 
     def get_config(self) -> dict:
