@@ -18,8 +18,13 @@ import keras
 import tensorflow as tf
 
 from augself_tf.training.loss_scale import CrossReplicaLossScaleOptimizer
-from augself_tf.training.optimizer_parts import WEIGHT_DECAY_EXCLUDE, count_steps_per_replica, is_decayed
-from augself_tf.training.torch_optimizers import LARS, HeldVariables, TorchAdamW
+from augself_tf.training.optimizer_parts import (
+    WEIGHT_DECAY_EXCLUDE,
+    HeldVariables,
+    count_steps_per_replica,
+    is_decayed,
+)
+from augself_tf.training.torch_optimizers import LARS, TorchAdamW
 
 #: --optimizer's choices: ``sgd`` (:class:`TorchSGD`, the paper's), ``adamw`` and ``lars`` (torch_optimizers.py: the
 #: ViT recipes' of MoCo v3 and DINO).

@@ -1,9 +1,13 @@
-"""What every optimizer of training/ shares: the weight-decay exclusion rule and the per-replica step counter
-(:class:`~augself_tf.training.optim.TorchSGD`, and AdamW and LARS in `torch_optimizers`)."""
+"""What every optimizer of training/ shares: the weight-decay exclusion rule, the per-replica step counter and the
+variables held out of the update (:class:`~augself_tf.training.optim.TorchSGD`, and AdamW and LARS in
+`torch_optimizers`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import keras
+import tensorflow as tf
 
 #: --weight_decay_exclude's choices: ``none`` decays every variable (the paper's reference); ``1d`` leaves out every
 #: variable of at most one dimension (biases, BN and LayerNorm scales and offsets), the rule of MoCo v3's LARS, DINO's
@@ -31,3 +35,34 @@ def count_steps_per_replica(optimizer: keras.optimizers.Optimizer) -> None:
     counter = optimizer._iterations
     counter._aggregation = "none"  # read by _initialize when it makes the tf.Variable
     counter._initialize(0)
+
+
+class HeldVariables:
+    """Variables an optimizer leaves out of its update while its step counter is below ``steps`` (DINO's frozen
+    last layer): their values and optimizer state stay as they are, as torch's for a parameter without a gradient.
+    """
+
+    def __init__(self, variables: Iterable[tf.Variable] = (), steps: int = 0) -> None:
+        self.ids = {id(v) for v in variables}
+        self.steps = int(steps) if self.ids else 0
+        self.by_index: list[bool] = []
+        if self.steps < 0:
+            raise ValueError(f"held steps must be >= 0, got {steps}")
+
+    def check(self, variables: list) -> list[bool]:
+        """Whether each of the optimizer's ``variables`` is held (by its index, as `update_step` finds it).
+
+        Raises:
+          ValueError: a held variable the optimizer does not update.
+        """
+        held = [id(v) in self.ids for v in variables]
+        if len(self.ids) != sum(held):
+            raise ValueError(f"{len(self.ids) - sum(held)} held variables are not among the optimized variables")
+        self.by_index = held
+        return held
+
+    def now(self, index: int, iterations: tf.Variable) -> tf.Tensor | None:
+        """True while variable ``index`` is held at this step; None for a variable that never is."""
+        if not self.steps or not self.by_index[index]:
+            return None
+        return tf.less(iterations, self.steps)

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 import keras
 import tensorflow as tf
 
-from augself_tf.training.optimizer_parts import WEIGHT_DECAY_EXCLUDE, count_steps_per_replica, is_decayed
+from augself_tf.training.optimizer_parts import WEIGHT_DECAY_EXCLUDE, HeldVariables, count_steps_per_replica, is_decayed
 
 
 def cosine_weight_decay(step: tf.Tensor, start: float, end: float | None, total_steps: int) -> tf.Tensor:
@@ -42,37 +42,6 @@ def clip_by_own_norm(gradient: tf.Tensor, clip: float) -> tf.Tensor:
     """DINO's ``clip_gradients`` for one parameter: g·clip/(‖g‖ + 1e-6) when that factor is below 1, else g."""
     coef = clip / (tf.norm(gradient) + 1e-6)
     return gradient * tf.minimum(tf.cast(coef, gradient.dtype), 1.0)
-
-
-class HeldVariables:
-    """Variables an optimizer leaves out of its update while its step counter is below ``steps`` (DINO's frozen
-    last layer): their values and optimizer state stay as they are, as torch's for a parameter without a gradient.
-    """
-
-    def __init__(self, variables: Iterable[tf.Variable] = (), steps: int = 0) -> None:
-        self.ids = {id(v) for v in variables}
-        self.steps = int(steps) if self.ids else 0
-        self.by_index: list[bool] = []
-        if self.steps < 0:
-            raise ValueError(f"held steps must be >= 0, got {steps}")
-
-    def check(self, variables: list) -> list[bool]:
-        """Whether each of the optimizer's ``variables`` is held (by its index, as `update_step` finds it).
-
-        Raises:
-          ValueError: a held variable the optimizer does not update.
-        """
-        held = [id(v) in self.ids for v in variables]
-        if len(self.ids) != sum(held):
-            raise ValueError(f"{len(self.ids) - sum(held)} held variables are not among the optimized variables")
-        self.by_index = held
-        return held
-
-    def now(self, index: int, iterations: tf.Variable) -> tf.Tensor | None:
-        """True while variable ``index`` is held at this step; None for a variable that never is."""
-        if not self.steps or not self.by_index[index]:
-            return None
-        return tf.less(iterations, self.steps)
 
 
 class _TorchStyle(keras.optimizers.Optimizer):
