@@ -14,8 +14,8 @@ never-trained floor is the LooC comparison's. Rows:
   views' heads alone (no x0, no ω: the negatives it brings), and EquiMod with each view given another image's ω;
 - the SimCLR rows: SimCLR ± AugSelf, + EquiMod, + E-SSL (0.4, its SimCLR weight), + STL.
 
-Seeds 0, 1 and 2 of each; the order is the evidence's: the README's rows, the family, then SimCLR. On the first
-seed-0 pair of each row, both exports are evaluated (``@running_bn``: the running statistics training left), so the
+Seeds 0, 1 and 2 of each; the order is the evidence's: the README's rows, the family, then SimCLR. On the seed-0
+arm of each row, both exports are evaluated (``@running_bn``: the running statistics training left), so the
 report can say how far recomputing the statistics moved each column.
 """
 
@@ -97,14 +97,11 @@ def comparison_arms(recipes: dict[str, recipe_arms.Recipe | None], epochs: int |
     tiny = dataclasses.replace(arm_settings.TINY_BUDGET,
                                **{k: v for k, v in (("epochs", epochs), ("width", width)) if v})
     arms = looc_arms.floor_arms(epochs, width)
+    both = running_bn_calls(looc_arms.TABLE_EVALS)
     for rows in (README_ROWS, FAMILY_ROWS, SIMCLR_ROWS):
         for seed in SEEDS:
-            for row in rows:
-                recipe = recipes.get(row.method)
-                if recipe is not None:
-                    both = seed == SEEDS[0]
-                    evals = running_bn_calls(looc_arms.TABLE_EVALS) if both else looc_arms.TABLE_EVALS
-                    arms.append(row_arm(row, seed, tiny, recipe, evals))
+            arms += [row_arm(r, seed, tiny, recipes[r.method], both if seed == SEEDS[0] else looc_arms.TABLE_EVALS)
+                     for r in rows if recipes.get(r.method) is not None]
     return arms
 
 

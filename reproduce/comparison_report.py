@@ -26,7 +26,7 @@ BEGIN, END = "<!-- reproduce_small_comparison:begin -->", "<!-- reproduce_small_
 COMMAND = ledger.COMMAND + " --suite=comparison"
 REPORT_ROWS = (aware_report.Row("never trained", "simsiam", NEVER_TRAINED),
                *(aware_report.Row(r.label, r.method, r.variant, r.baseline) for r in ROWS))
-BASES = {"simsiam": "SimSiam", "moco": "MoCo v2", "simclr": "SimCLR"}
+BASES = {r.method: r.label for r in ROWS if r.baseline is None}  # each base's row label: "MoCo v2"
 
 
 def knn_cell(entries: list[dict]) -> str:
@@ -43,14 +43,12 @@ def knn_cell(entries: list[dict]) -> str:
 
 
 def recipe_line(method: str, recipe: Recipe | None) -> str:
-    """``SimSiam: solo (lr 0.5, weight decay 1e-05, 5 warm-up epochs, decay on all)``."""
+    """``SimSiam: solo (lr 0.5·B/256, weight decay 1e-05, 5 warm-up epochs, decay on all, paper's heads; …)``."""
     if recipe is None:
         return f"{BASES[method]}: not chosen yet (its sweep is not complete; its rows are not listed)"
-    heads = ", ".join(f"{k} {v}" for k, v in recipe.heads)
     return (f"{BASES[method]}: {recipe.label} (lr {recipe.lr:g}·B/256, weight decay {recipe.weight_decay:g}, "
-            f"{recipe.warmup_epochs:g} warm-up epochs, decay on "
-            f"{'all' if recipe.weight_decay_exclude == 'none' else '≥ 2-d weights only'}"
-            + (f", {heads}" if heads else "") + f"; {recipe.source})")
+            f"{recipe.warmup_epochs:g} warm-up epochs, decay on {recipe.decay_on}, heads: {recipe.heads_label}; "
+            f"{recipe.source})")
 
 
 def bn_table(entries: Sequence[dict], arms: Sequence[Arm]) -> list[str]:
@@ -107,13 +105,13 @@ def render(entries: Sequence[dict], arms: Sequence[Arm], recipes: dict[str, Reci
 def report_block(ledger_dir: str, arms: Sequence[Arm], results_md: str, picture: str,
                  command: str = COMMAND) -> str:
     """The block ``--suite=comparison --report_only`` writes, from the ledger's entries of this suite alone."""
-    all_entries = ledger.load_entries(ledger_dir)
-    entries = aware_report.suite_of(ledger_dir, arms)
+    every = ledger.load_entries(ledger_dir)  # the sweep's entries give the recipes; the suite's, the table
+    ids = {a.id for a in arms}
+    entries = [e for e in every if e["arm"] in ids]
     label = os.path.relpath(os.path.abspath(ledger_dir), ledger.ROOT).replace(os.sep, "/") + "/"
     link = (doc_blocks.relative_link(picture, results_md)
             if aware_report.omega_matrix(entries, arms, REPORT_ROWS)[0] else None)
-    return render(entries, arms, ledger_recipes(all_entries), link, label, command,
-                  ledger.load_timings(ledger_dir, SUITE))
+    return render(entries, arms, ledger_recipes(every), link, label, command, ledger.load_timings(ledger_dir, SUITE))
 
 
 def write_report(ledger_dir: str, arms: Sequence[Arm], results_md: str, picture: str,

@@ -41,6 +41,16 @@ class Recipe:
     heads: tuple[tuple[str, str], ...] = ()
     source: str = ""
 
+    @property
+    def decay_on(self) -> str:
+        """Which variables the weight decay reaches, as the reports say it."""
+        return "all" if self.weight_decay_exclude == "none" else "≥ 2-d only"
+
+    @property
+    def heads_label(self) -> str:
+        """``projector 512, predictor 128``; "paper's" when the recipe keeps the method's heads."""
+        return ", ".join(f"{k.split('_')[0]} {v}" for k, v in self.heads) or "paper's"
+
     def flags(self) -> tuple[tuple[str, str], ...]:
         """The train flags, in a fixed order (part of the arm's settings, so of its id)."""
         return (("lr", f"{self.lr:g}"), ("weight_decay", f"{self.weight_decay:g}"),

@@ -24,9 +24,8 @@ def row(arm: Arm, entry: dict | None) -> list[str]:
     """The table row of one recipe's arm."""
     r = recipe_of(arm.settings())
     assert r is not None
-    heads = ", ".join(f"{k.split('_')[0]} {v}" for k, v in r.heads) or "paper's"
-    head = [f"{arm.method} {r.label}", f"{r.lr:g}", f"{r.weight_decay:g}", f"{r.warmup_epochs:g}",
-            "all" if r.weight_decay_exclude == "none" else "≥ 2-d only", heads]
+    head = [f"{arm.method} {r.label}", f"{r.lr:g}", f"{r.weight_decay:g}", f"{r.warmup_epochs:g}", r.decay_on,
+            r.heads_label]
     if entry is None:
         return head + [NOT_RUN, "", "", ""]
     knn = curve_summary(entry["monitors"]["values"].get("knn", []))
