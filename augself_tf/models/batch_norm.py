@@ -19,7 +19,7 @@ global batch (tested against one device and against Keras's layer on the same gl
 Unsynchronized training of NHWC or (N, C) inputs runs TF's fused kernel (`FusedBatchNormV3`), which already
 returns the unbiased batch variance PyTorch's running statistics take; Keras 3 composes BN from moments and
 elementwise ops; the fused kernel and its gradient take ~11% off the CPU of a ResNet-18 SimSiam step
-(docs/benchmarks.md §5.6).
+(docs/benchmarks.md §5.5).
 """
 
 from __future__ import annotations
