@@ -1,10 +1,11 @@
 """Dataclass fields that are also absl flags: a default, its help line and its allowed values, written once.
 
 Every user setting is declared with :func:`option` as a field of a settings dataclass: `TrainConfig` and
-`AugmentConfig` (augself-train, ``--<field>``), each method's ``Options`` (``--<field>``, shared by the
-methods that declare the same name), `EvalSettings` and eval_main's own flags (``--<field>``), and the
-evaluation protocols' options (``--<protocol>_<field>``). :func:`define_flags` turns the fields into
-flags and :func:`values_from_flags` / :func:`options_from_flags` read them back, checking ``minimum``.
+`AugmentConfig` (augself-train, ``--<field>``), each method's and each objective's ``Options`` (``--<field>``,
+shared by the methods, or the objectives, that declare the same name: :class:`SharedOption`), `EvalSettings` and
+eval_main's own flags (``--<field>``), and the evaluation protocols' options (``--<protocol>_<field>``).
+:func:`define_flags` turns the fields into flags and :func:`values_from_flags` / :func:`options_from_flags` read
+them back, checking ``minimum``.
 
 The flag's kind follows the default (its annotation when the default is None): bool, int, float, str (an
 enum with ``choices``), or a tuple (a comma-separated list whose items take the type of the default's
@@ -172,6 +173,46 @@ def flag_value(field: dataclasses.Field, value: Any) -> Any:
 
 def declared_options(cls: type, options: Mapping[str, Any] | None) -> Any:
     """``cls.Options`` from the run's option values: the entries it declares, None (unset) left out so that its
-    defaults apply (a method's and an objective's options travel together as the run's ``method_options``)."""
+    defaults apply (the run's ``method_options`` for a method, its ``objective_options`` for an objective)."""
     names = {f.name for f in dataclasses.fields(cls.Options)}
     return cls.Options(**{k: v for k, v in (options or {}).items() if k in names and v is not None})
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedOption:
+    """One flag of the ``Options`` fields several owners (methods, objectives) declare under one name: its kind,
+    help, choices and each declarer's default."""
+
+    name: str
+    kind: type
+    help: str
+    choices: tuple[str, ...] | None
+    defaults: dict[str, Any]
+
+    def help_line(self) -> str:
+        """The help followed by every declaring owner's default, e.g. ``... (default moco: 0.2, swav: 0.1)``."""
+        return f"{self.help} (default {', '.join(f'{m}: {v}' for m, v in self.defaults.items())})"
+
+
+def declared_flags(owner: str, options_cls: type) -> dict[str, SharedOption]:
+    """The flags one owner's ``Options`` dataclass declares, each with that owner's default."""
+    return {f.name: SharedOption(f.name, flag_kind(options_cls, f), help_text(f), f.metadata["choices"],
+                                 {owner: f.default}) for f in flag_fields(options_cls)}
+
+
+def shared_options(owners: Sequence[tuple[str, type]]) -> dict[str, SharedOption]:
+    """Every option name the ``(owner name, Options dataclass)`` pairs declare, in their order, one entry per name
+    with each declarer's default."""
+    merged: dict[str, SharedOption] = {}
+    for owner, options_cls in owners:
+        for name, declared in declared_flags(owner, options_cls).items():
+            known = merged.get(name)
+            merged[name] = declared if known is None else dataclasses.replace(
+                known, defaults={**known.defaults, **declared.defaults})
+    return merged
+
+
+def define_shared_flags(options: Mapping[str, SharedOption], flag_values: Any, module_name: str) -> None:
+    """One flag per shared option, default None (unset: each owner's own default applies)."""
+    for o in options.values():
+        define_flag(o.name, o.kind, None, o.help_line(), flag_values, module_name, o.choices)

@@ -33,8 +33,7 @@ import tensorflow as tf
 from augself_tf.augment import ops
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source
-from augself_tf.methods import METHODS
-from augself_tf.methods.augself_model import AugSelfModel, PretrainData
+from augself_tf.methods.augself_model import PretrainData
 from augself_tf.runtime.host_ops import count_by_op, host_memory_ops
 from augself_tf.training.distributed_step import make_distributed_step
 from augself_tf.training.loop import build_model
@@ -57,8 +56,6 @@ def traced(spec: common.StepSpec, device: str, form: str, whole_step: bool = Fal
     function)."""
     cfg = spec.config()
     strategy = tf.distribute.OneDeviceStrategy(device)
-    method = METHODS.get(cfg.model.method, AugSelfModel)
-    options = cfg.model.method_options
     data = PretrainData("synthetic", 4096, 10, cfg.batch_size, 1000, 4096 // cfg.batch_size)
     previous = keras.mixed_precision.global_policy().name
     if cfg.mixed_precision:
@@ -67,7 +64,7 @@ def traced(spec: common.StepSpec, device: str, form: str, whole_step: bool = Fal
         model = build_model(cfg, strategy, data)
     finally:
         keras.mixed_precision.set_global_policy(previous)
-    batch = device_batch_spec(cfg, method.view_plan(options))
+    batch = device_batch_spec(cfg, cfg.model.views())
     if whole_step:
         step = make_distributed_step(strategy, model, spec.jit_compile)
     else:

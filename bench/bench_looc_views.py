@@ -25,7 +25,6 @@ import numpy as np
 import tensorflow as tf
 
 from augself_tf.augment import AugmentConfig, registry
-from augself_tf.methods import METHODS
 from augself_tf.methods.augself_model import PretrainData
 from augself_tf.methods.model_config import ModelConfig
 from augself_tf.training.distributed_step import make_distributed_step
@@ -40,7 +39,7 @@ CONFIGS = {"moco (N=2)": ("moco", None), "looc color (N=3)": ("looc", "color"),
 def synthetic_batch(cfg: TrainConfig, seed: int = 0) -> dict:
     """N views of random pixels with random ω of every entry; a view copies its source's ω of a shared step."""
     rng = np.random.default_rng(seed)
-    plan = METHODS[cfg.model.method].view_plan(cfg.model.method_options)
+    plan = cfg.model.views()
     b, s = cfg.batch_size, cfg.augment.image_size
     batch: dict = {}
     for j, view in enumerate(plan.views):

@@ -69,7 +69,6 @@ def time_step(args: argparse.Namespace, k: int, no_step: bool = False) -> tuple[
     """DistributedSteps alone at K = ``k`` on a repeated in-memory batch: (wall s, CPU s) per step."""
     import tensorflow as tf
 
-    from augself_tf.methods import view_plan
     from augself_tf.methods.augself_model import PretrainData
     from augself_tf.runtime.strategy import compile_mode, make_strategy
     from augself_tf.training.distributed_step import DistributedSteps, steps_in_call
@@ -81,7 +80,7 @@ def time_step(args: argparse.Namespace, k: int, no_step: bool = False) -> tuple[
                         common.STEP_TOTAL_STEPS, common.STEP_DATA_EXAMPLES // cfg.batch_size)
     model = _NoStep(strategy) if no_step else build_model(cfg, strategy, data)
     per_replica = cfg.batch_size // strategy.num_replicas_in_sync
-    views = len(view_plan(cfg.model.method, cfg.model.method_options).views)  # LooC's plan has more than two
+    views = cfg.model.views().num_views  # LooC's plan has more than two
     batch = common.synthetic_batch(per_replica, cfg.augment.image_size, views=views)
     iterator = iter(strategy.experimental_distribute_dataset(
         tf.data.Dataset.from_tensors(batch).repeat().prefetch(2)))

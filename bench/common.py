@@ -193,7 +193,6 @@ class TrainStep:
     """The library's model and compiled step for a :class:`StepSpec`, fed one synthetic batch; `run()` times a step."""
 
     def __init__(self, spec: StepSpec, strategy: tf.distribute.Strategy | None = None) -> None:
-        from augself_tf.methods import view_plan
         from augself_tf.methods.augself_model import PretrainData
         from augself_tf.training.distributed_step import make_distributed_step
         from augself_tf.training.loop import build_model
@@ -218,7 +217,7 @@ class TrainStep:
         if spec.batch_size % strategy.num_replicas_in_sync:
             raise ValueError(f"batch {spec.batch_size} not divisible by {strategy.num_replicas_in_sync} replicas")
         per_replica = spec.batch_size // strategy.num_replicas_in_sync
-        views = len(view_plan(cfg.model.method, cfg.model.method_options).views)
+        views = cfg.model.views().num_views
         self.batch = strategy.experimental_distribute_values_from_function(
             lambda ctx: synthetic_batch(per_replica, spec.image_size, seed=ctx.replica_id_in_sync_group, views=views)
         )

@@ -20,6 +20,7 @@ from augself_tf.augment import AugmentConfig
 from augself_tf.methods import AugSelfModel, build_method
 from augself_tf.methods.model_config import ModelConfig
 from augself_tf.models.resnet import batch_norm, build_backbone
+from augself_tf.objectives import objective_options
 from augself_tf.training.optim import build_optimizer
 from augself_tf.training.train_config import TrainConfig
 
@@ -48,11 +49,13 @@ def tiny_backbone(sync: bool = False) -> keras.Model:
 
 def make_model(method: str, augself=("crop", "color"), *, sync: bool = False, seed: int = 1, resnet: bool = False,
                image_size: int = S, **options) -> AugSelfModel:
-    """A built method model on the tiny backbone (or a 1/8-width ResNet-18), `SMALL` heads unless overridden."""
+    """A built method model on the tiny backbone (or a 1/8-width ResNet-18), `SMALL` heads unless overridden; the
+    objectives' options among ``options`` are its ``objective_options``."""
     keras.utils.set_random_seed(seed)
     backbone = build_backbone("resnet18_cifar", 0.125, synchronized_bn=sync) if resnet else tiny_backbone(sync)
-    model = build_method(method, backbone, options={**SMALL, **options}, augself=augself,
-                         synchronized_bn=sync)
+    objective = {k: options.pop(k) for k in list(options) if k in objective_options()}  # each its own record
+    model = build_method(method, backbone, options={**SMALL, **options}, objective_options=objective,
+                         augself=augself, synchronized_bn=sync)
     model.build_all(image_size)
     return model
 

@@ -147,6 +147,28 @@ def test_a_setting_an_older_run_json_lacks_is_recorded_not_refused(tmp_path):
         check_run_settings(str(tmp_path), _checked(condition=("crop",), condition_width=8), write=True)
 
 
+def test_a_run_json_with_objective_options_among_the_methods_resumes_and_is_rewritten_apart(tmp_path):
+    """A run.json written before the objectives' options had their own record holds them in method_options: the
+    same settings resume (recorded apart from then on), another value is refused naming its flag."""
+    model = ModelConfig(method="simclr", method_options={"temperature": 0.5},
+                        objective_options={"equimod_weight": 1.0, "equimod_dim": None})
+    settings = model.checked_settings((0.5,) * 3, (0.25,) * 3)
+    assert settings["method_options"] == {"temperature": 0.5} and settings["objective_options"] == {
+        "equimod_weight": 1.0}
+    older = {k: v for k, v in settings.items() if k != "objective_options"}
+    older["method_options"] = {"temperature": 0.5, "equimod_weight": 1.0}
+    (tmp_path / "run.json").write_text(json.dumps({"model": older}))
+    check_run_settings(str(tmp_path), settings, write=True)
+    with open(tmp_path / "run.json") as f:
+        assert json.load(f)["model"] == settings
+    other = dataclasses.replace(model, objective_options={"equimod_weight": 2.0})
+    with pytest.raises(CheckpointMismatchError, match=r"--equimod_weight=1.0 there, 2.0 now"):
+        check_run_settings(str(tmp_path), other.checked_settings((0.5,) * 3, (0.25,) * 3), write=True)
+    (tmp_path / "run.json").write_text(json.dumps({"model": older}))  # the older file, refused alike
+    with pytest.raises(CheckpointMismatchError, match=r"--equimod_weight=1.0 there, 2.0 now"):
+        check_run_settings(str(tmp_path), other.checked_settings((0.5,) * 3, (0.25,) * 3), write=True)
+
+
 @pytest.mark.slow
 def test_a_resume_with_another_embedding_width_stops_at_the_flag_not_at_a_variable_shape(tmp_path):
     cfg = tiny_run(str(tmp_path), condition=("crop",), condition_width=8, condition_depth=2, max_steps=1,

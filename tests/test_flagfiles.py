@@ -28,6 +28,7 @@ from augself_tf.data.sources import imagenet100_wnids, load_source, source_info
 from augself_tf.flag_fields import flag_fields, help_text
 from augself_tf.methods import METHODS, method_options
 from augself_tf.methods.model_config import ModelConfig
+from augself_tf.objectives import objective_options
 from augself_tf.training.hparams import run_hparams
 from augself_tf.training.loop import TrainConfig, train
 from augself_tf.training.train_config import config_from_flags, define_train_flags
@@ -130,7 +131,7 @@ def test_flagfile_parses_into_the_paper_settings(name):
     cassle = name.endswith("_cassle")
     assert model.condition == (("crop", "color", "color_diff", "blur", "grayscale") if cassle else ())
     assert (model.condition_width, model.condition_depth) == (64, 6)
-    opts = {k: v for k, v in model.method_options.items() if v is not None}
+    opts = {k: v for k, v in {**model.method_options, **model.objective_options}.items() if v is not None}
     if name.startswith("cifar10_equimod_"):
         _check_equimod(cfg, name[len("cifar10_equimod_"):], opts)
         return
@@ -399,7 +400,8 @@ def test_no_flags_give_trainconfigs_defaults_and_every_setting_is_a_flag():
             assert values[field.name].default == flag_default, field.name
             assert values[field.name].help.endswith(help_text(field)), field.name  # enums prefix <choices>
     assert cfg == dataclasses.replace(default, model=dataclasses.replace(
-        default.model, method_options={name: None for name in method_options()}))
+        default.model, method_options={name: None for name in method_options()},
+        objective_options={name: None for name in objective_options()}))
     assert (cfg.model.backbone, cfg.model.width, cfg.epochs, cfg.augment.image_size) == ("resnet18_cifar", 0.125, 10,
                                                                                            32)
     assert cfg.augment.probabilities == AugmentConfig().probabilities  # the registry's declared defaults
@@ -453,11 +455,12 @@ def _drop_newer_defaults(record: dict) -> None:
 
 def _as_before(cfg: TrainConfig) -> dict:
     """What tests/snapshots/flagfile_configs.json recorded for a config, in the recording's terms: the config
-    with AugmentConfig's former fields (jitter_strength, crop_scale, one field per probability), the
-    method's effective options, the HParams columns and the blur kernel."""
+    with AugmentConfig's former fields (jitter_strength, crop_scale, one field per probability), the objectives'
+    options among the method's, the method's effective options, the HParams columns and the blur kernel."""
     record = dataclasses.asdict(dataclasses.replace(cfg, augment=None, on_step=None))
     del record["on_step"]
     record.update(record.pop("model"), augself=list(cfg.model.augself_names))  # the model's fields were TrainConfig's
+    record["method_options"].update(record.pop("objective_options"))  # the objectives' were recorded among them
     a = cfg.augment
     record["augment"] = {
         "image_size": a.image_size, "crop_scale": a.crop_scale, "crop_ratio": a.crop_ratio,

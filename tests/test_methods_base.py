@@ -30,7 +30,7 @@ from augself_tf.methods.augself_model import AugSelfModel
 from augself_tf.methods.moco import MoCo
 from augself_tf.methods.simclr import SimCLR
 from augself_tf.models.resnet import mlp
-from augself_tf.objectives import OBJECTIVES
+from augself_tf.objectives import OBJECTIVES, define_objective_flags, objective_options_from_flags
 
 B = 6
 
@@ -116,6 +116,7 @@ def test_every_option_is_one_field_of_the_methods_options_and_its_default_applie
 def _flag_values() -> flags.FlagValues:
     values = flags.FlagValues()
     define_method_flags(values, "test")
+    define_objective_flags(values, "test")
     return values
 
 
@@ -128,14 +129,21 @@ def test_a_shared_option_is_one_flag_whose_help_lists_each_methods_default():
     assert values["queue_size"].help == "MoCo queue length (keys) (default moco: 65536, looc: 65536)"
     for name in ("temperature", "projector_dim", "queue_size", "num_prototypes"):
         assert values[name].default is None  # unset: each method's own default
-    users = {}
-    for method, cls in [*METHODS.items(), *OBJECTIVES.items()]:  # the objectives' options are flags beside them
-        for f in dataclasses.fields(cls.Options):
-            if "help" in f.metadata:
-                users.setdefault(f.name, []).append(f"{method}: {f.default}")
-    for name, defaults in users.items():
-        assert values[name].help.endswith(f"(default {', '.join(defaults)})"), name
-    assert set(method_options_from_flags(values)) == set(users)
+    for registry, read in ((METHODS, method_options_from_flags), (OBJECTIVES, objective_options_from_flags)):
+        users = {}  # the objectives' options are flags of their own, apart from the methods'
+        for method, cls in registry.items():
+            for f in dataclasses.fields(cls.Options):
+                if "help" in f.metadata:
+                    users.setdefault(f.name, []).append(f"{method}: {f.default}")
+        for name, defaults in users.items():
+            assert values[name].help.endswith(f"(default {', '.join(defaults)})"), name
+        assert set(read(values)) == set(users)
+
+
+def test_a_method_option_named_as_an_objectives_is_refused():
+    with pytest.raises(ValueError, match=r"^method 'toy': option --essl_weight is an objective's option"):
+        METHODS["toy"] = _toy_method(essl_weight=(0.5, "E-SSL weight"))
+    assert "toy" not in METHODS
 
 
 def _toy_method(**fields) -> type[AugSelfModel]:

@@ -13,11 +13,12 @@ import pytest
 from helpers import batch, compile_model, make_model, run_steps
 
 from augself_tf.augment import AugmentConfig
+from augself_tf.augment.views import TWO_VIEWS, ViewPlan, ViewSpec
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source
-from augself_tf.methods import METHODS, method_options, view_plan
+from augself_tf.methods import METHODS, build_method, method_options, view_plan
 from augself_tf.models.resnet import build_backbone
-from augself_tf.objectives import OBJECTIVES, Objective, enabled_objectives
+from augself_tf.objectives import OBJECTIVES, Objective, enabled_objectives, objective_options
 from augself_tf.objectives.augself import AugSelf
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "docs", "architecture.md")
@@ -39,10 +40,10 @@ MyObjective = _walkthrough_class()
 
 def test_the_walkthrough_objective_is_one_class_and_one_registry_line():
     with OBJECTIVES.registered("myobjective", MyObjective):
-        assert "myobjective_weight" in method_options()
+        assert "myobjective_weight" in objective_options() and "myobjective_weight" not in method_options()
         assert [o.key for o in enabled_objectives({"myobjective_weight": 0.5})] == ["myobjective"]
         assert enabled_objectives({"myobjective_weight": 0.0}) == []
-        plan = view_plan("simsiam", {"myobjective_weight": 0.5})
+        plan = view_plan("simsiam", {}, {"myobjective_weight": 0.5})
         assert plan.num_views == 3 and view_plan("simsiam", {}).num_views == 2
         model = make_model("simsiam", myobjective_weight=0.5)
     objective = model.objectives["myobjective"]
@@ -63,7 +64,7 @@ def test_the_walkthrough_objective_is_one_class_and_one_registry_line():
 
 def test_an_objective_view_comes_from_the_pipeline_with_its_shared_draw():
     with OBJECTIVES.registered("myobjective", MyObjective):
-        plan = view_plan("simclr", {"myobjective_weight": 1.0})
+        plan = view_plan("simclr", {}, {"myobjective_weight": 1.0})
     ds = make_pair_dataset(load_source("shapes", "test"), AugmentConfig(), seed=3, batch_size=4, shuffle_buffer=16,
                            views=plan)
     b = next(iter(ds))
@@ -107,8 +108,25 @@ def test_a_registered_objective_needs_its_key_and_weight_flag():
 
 
 def test_objectives_views_compose_an_added_view_keeps_the_aligned_pairs():
-    plan = view_plan("simsiam", {"stl_weight": 1.0, "equimod_weight": 1.0})
+    plan = view_plan("simsiam", {}, {"stl_weight": 1.0, "equimod_weight": 1.0})
     assert plan.aligned and plan.num_views == 3 and plan.views[2].eval_view
     with OBJECTIVES.registered("myobjective", MyObjective):
-        plan = view_plan("simclr", {"stl_weight": 1.0, "myobjective_weight": 1.0})
+        plan = view_plan("simclr", {}, {"stl_weight": 1.0, "myobjective_weight": 1.0})
     assert plan.aligned and plan.num_views == 3
+
+
+def test_each_objectives_views_are_recorded_on_the_plan_the_model_is_handed():
+    options = {"equimod_weight": 1.0, "stl_weight": 1.0, "essl_weight": 0.4}
+    plan = view_plan("simsiam", {}, options)
+    assert [plan.views_of(k) for k in ("equimod", "stl", "essl")] == [(2,), (), (3,)]  # registration order
+    assert plan == ViewPlan(plan.views, plan.aligned)  # who reads a view is not what is drawn
+    model = make_model("simsiam", **options)
+    assert model.plan.objective_views == plan.objective_views
+    assert [model.objectives[k].view_index(model) for k in ("equimod", "essl")] == [2, 3]
+    with pytest.raises(ValueError, match="objective 'bad' changed the views before its own"):
+        TWO_VIEWS.extended_by("bad", ViewPlan((ViewSpec(eval_view=True), ViewSpec(), ViewSpec())))
+
+
+def test_an_objectives_option_among_the_methods_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"^--essl_weight is an objective's option: pass it in objective_options"):
+        build_method("simclr", build_backbone("resnet18_cifar", 0.0625), options={"essl_weight": 0.4})

@@ -120,7 +120,7 @@ def test_the_loss_is_the_references_forward_pass_in_numpy():
 def test_the_negatives_control_is_the_nt_xent_of_the_two_views_heads_alone():
     """--equimod_control=negatives: no x0 view, no ω heads; its loss is NT-Xent(g(h1), g(h2)) in NumPy."""
     options = {**SMALL_EQ, "equimod_control": "negatives"}
-    assert view_plan("simsiam", options) == TWO_VIEWS
+    assert view_plan("simsiam", {}, options) == TWO_VIEWS
     model = make_model("simsiam", **options)
     eq = model.objectives["equimod"]
     assert set(eq.heads) == {"projector"}
@@ -153,8 +153,9 @@ def test_the_heads_have_the_references_shapes_and_affine_flags():
 
 
 def test_it_trains_and_composes_with_augself_and_a_conditioned_projector():
-    model = build_method("simsiam", tiny_backbone(), options={"projector_dim": 8, "predictor_hidden": 6, **SMALL_EQ},
-                         augself=("crop", "color"), conditioning=Conditioning.create(("crop", "color"), 8, 2))
+    model = build_method("simsiam", tiny_backbone(), options={"projector_dim": 8, "predictor_hidden": 6},
+                         objective_options=SMALL_EQ, augself=("crop", "color"),
+                         conditioning=Conditioning.create(("crop", "color"), 8, 2))
     model.build_all(8)
     compile_model(model)
     logs = run_steps(model, [eq_batch(1), eq_batch(2)])
@@ -190,7 +191,7 @@ def _first_batch(plan: ViewPlan, photometric: str, config: AugmentConfig) -> dic
 
 
 def test_x0_is_the_evaluation_view_with_the_identity_omega_in_both_modes():
-    plan = view_plan("simclr", {"equimod_weight": 1.0})
+    plan = view_plan("simclr", {}, {"equimod_weight": 1.0})
     assert plan.views[2] == ViewSpec(eval_view=True) and plan.num_views == 3
     config = AugmentConfig(image_size=16)
     _, images = _indexed_source()
@@ -227,7 +228,7 @@ def test_a_plan_refuses_to_copy_into_or_from_the_evaluation_view():
 def test_a_method_whose_view_2_is_the_key_encoders_is_refused_in_one_line(method):
     with pytest.raises(ValueError, match=rf"^--equimod_weight does not compose with --method={method}; it composes "
                                          r"with none, simclr, byol, simsiam, swav, supervised, mocov3$"):
-        build_method(method, tiny_backbone(), options={"equimod_weight": 1.0})
+        build_method(method, tiny_backbone(), objective_options={"equimod_weight": 1.0})
 
 
 @pytest.mark.parametrize(("flag", "value", "message"), [
@@ -237,12 +238,12 @@ def test_a_method_whose_view_2_is_the_key_encoders_is_refused_in_one_line(method
 ])
 def test_bad_options_are_one_line_naming_the_flag(flag, value, message):
     with pytest.raises(ValueError, match=message):
-        build_method("simclr", tiny_backbone(), options={"equimod_weight": 1.0, flag: value})
+        build_method("simclr", tiny_backbone(), objective_options={"equimod_weight": 1.0, flag: value})
 
 
 def test_it_is_registered_and_off_by_default():
     assert OBJECTIVES["equimod"] is EquiMod
-    assert view_plan("simclr", {}).num_views == 2 and view_plan("simclr", {"equimod_weight": 0.0}).num_views == 2
+    assert view_plan("simclr", {}).num_views == 2 and view_plan("simclr", {}, {"equimod_weight": 0.0}).num_views == 2
     assert "equimod" not in make_model("simclr").objectives
 
 
@@ -254,8 +255,8 @@ def test_a_two_replica_run_exports_the_backbone_alone(tmp_path):
     from augself_tf.training.loop import train
 
     cfg = tiny_run(str(tmp_path / "run"), method="simclr", cpu_replicas=2, max_steps=2, export=True,
-                   method_options={"projector_dim": 16, "equimod_weight": 1.0, "equimod_hidden": 32,
-                                   "equimod_dim": 16})
+                   method_options={"projector_dim": 16},
+                   objective_options={"equimod_weight": 1.0, "equimod_hidden": 32, "equimod_dim": 16})
     result = train(cfg)
     assert result.steps == 2 and all(np.isfinite(v) for v in result.last_logs.values())
     assert "equimod/loss" in result.last_logs

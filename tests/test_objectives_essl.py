@@ -120,7 +120,7 @@ def test_the_head_is_the_reference_codes_shape():
 @pytest.mark.parametrize("method", list(METHODS))
 def test_every_method_composes_and_its_crop_is_the_view_after_the_methods_own(method):
     """The extra crop is the view after the method's (LooC: after its 4) and goes through the online backbone."""
-    n_views = view_plan(method, {"essl_weight": 0.4}).num_views
+    n_views = view_plan(method, {}, {"essl_weight": 0.4}).num_views
     assert n_views == METHODS[method].view_plan({}).num_views + 1
     model = make_model(method, essl_weight=0.4, **HEAD)
     assert model.objectives["essl"].view_index(model) == n_views - 1
@@ -133,7 +133,7 @@ def test_every_method_composes_and_its_crop_is_the_view_after_the_methods_own(me
 
 def test_a_conditioned_projector_and_augself_compose_with_it():
     """--condition conditions the method's projector on views 1 and 2; E-SSL's loss is unchanged by it."""
-    model = build_method("simsiam", tiny_backbone(), options={**SMALL, "essl_weight": 0.4, **HEAD},
+    model = build_method("simsiam", tiny_backbone(), options=SMALL, objective_options={"essl_weight": 0.4, **HEAD},
                          augself=("crop", "color"), conditioning=Conditioning.create(("crop", "color"), 4, 2))
     model.build_all(8)
     b = essl_batch(5)
@@ -169,7 +169,7 @@ CONFIG = AugmentConfig(image_size=32, probabilities={"blur_prob": 1.0, "rotation
 
 
 def _stream(options: dict, photometric: str = "host", config: AugmentConfig = CONFIG, method: str = "simclr"):
-    plan = view_plan(method, {"essl_weight": 0.4, **options})
+    plan = view_plan(method, {}, {"essl_weight": 0.4, **options})
     return make_pair_dataset(load_source("shapes", "test"), config, seed=3, batch_size=8, shuffle_buffer=100,
                              start_epoch=1, photometric=photometric, views=plan)
 
@@ -254,7 +254,8 @@ def test_a_bad_option_is_one_line_naming_its_flag(options, message):
 
 def test_a_crop_under_8_pixels_at_the_runs_image_size_is_one_line():
     def build(image_size: int):
-        model = build_method("simclr", tiny_backbone(), options={"essl_weight": 0.4, "essl_crop_size": 0.1, **HEAD},
+        model = build_method("simclr", tiny_backbone(),
+                             objective_options={"essl_weight": 0.4, "essl_crop_size": 0.1, **HEAD},
                              augment=AugmentConfig(image_size=image_size))
         model.build_all(image_size)
 
@@ -275,7 +276,7 @@ def test_a_view_plan_refuses_a_view_size_or_range_no_view_can_have():
 
 def test_essl_is_registered_once_with_its_flags():
     assert OBJECTIVES["essl"] is ESSL
-    assert view_plan("simclr", {"essl_weight": 0.0}).num_views == 2  # 0 = off: no extra view
+    assert view_plan("simclr", {}, {"essl_weight": 0.0}).num_views == 2  # 0 = off: no extra view
 
 
 # ------------------------------------------------------------------------------------------- whole runs
@@ -284,8 +285,9 @@ def test_essl_is_registered_once_with_its_flags():
 @pytest.mark.slow
 def test_a_two_replica_run_with_augself_exports_the_backbone_alone(tmp_path):
     cfg = tiny_run(str(tmp_path / "run"), method="simclr", cpu_replicas=2, max_steps=2, export=True,
-                   method_options={"projector_hidden": 32, "projector_dim": 16, "essl_weight": 0.4,
-                                   "essl_hidden": 16, "essl_bottleneck": 8, "essl_crop_size": 8.0})
+                   method_options={"projector_hidden": 32, "projector_dim": 16},
+                   objective_options={"essl_weight": 0.4, "essl_hidden": 16, "essl_bottleneck": 8,
+                                      "essl_crop_size": 8.0})
     result = train(cfg)
     assert result.steps == 2 and all(np.isfinite(v) for v in result.last_logs.values())
     assert "essl/loss" in result.last_logs

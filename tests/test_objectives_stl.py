@@ -153,7 +153,7 @@ def test_stl_composes_with_simclr_simsiam_byol_and_refuses_the_rest_in_one_line(
     for method in ("moco", "swav", "supervised", "looc", "none"):
         with pytest.raises(ValueError, match=rf"^--stl_weight does not compose with --method={method}; it "
                                              r"composes with simclr, simsiam, byol$"):
-            build_method(method, build_backbone("resnet18_cifar", 0.0625), options={"stl_weight": 1.0})
+            build_method(method, build_backbone("resnet18_cifar", 0.0625), objective_options={"stl_weight": 1.0})
 
 
 @pytest.mark.parametrize(("flag", "value", "message"), [
@@ -178,15 +178,15 @@ def _stream(plan, photometric="host", batch_size=8, **kwargs):
 
 
 def test_view_plan_with_stl_aligns_crop_colour_and_grayscale_and_off_is_the_two_view_plan():
-    assert view_plan("simsiam", {"stl_weight": 1.0}) == dataclasses.replace(TWO_VIEWS, aligned=ALIGNED)
-    assert view_plan("simsiam", {"stl_weight": 1.0, "stl_aligned": "crop"}).aligned == ("crop",)
-    assert view_plan("simsiam", {"stl_weight": 0.0}) == TWO_VIEWS == view_plan("simsiam", {})
+    assert view_plan("simsiam", {}, {"stl_weight": 1.0}) == dataclasses.replace(TWO_VIEWS, aligned=ALIGNED)
+    assert view_plan("simsiam", {}, {"stl_weight": 1.0, "stl_aligned": "crop"}).aligned == ("crop",)
+    assert view_plan("simsiam", {}, {"stl_weight": 0.0}) == TWO_VIEWS == view_plan("simsiam", {})
 
 
 def stl_off_digests() -> dict[str, list[str]]:
     """The digests of batches 1 and 2 of the pinned stream, host mode, by config, drawn by SimCLR's view plan with
     STL off."""
-    plan = view_plan("simclr", {"stl_weight": 0.0})
+    plan = view_plan("simclr", {}, {"stl_weight": 0.0})
     got = {}
     for name, config in CONFIGS.items():
         ds = make_pair_dataset(load_source("shapes", "test"), config, seed=3, batch_size=4, shuffle_buffer=100,
@@ -201,7 +201,7 @@ def test_two_view_batches_with_stl_off_keep_their_pinned_hashes(config_name):
 
 
 def test_pairs_in_a_real_batch_share_crop_colour_grayscale_not_flip_host_and_device_alike():
-    plan = view_plan("simsiam", {"stl_weight": 1.0})
+    plan = view_plan("simsiam", {}, {"stl_weight": 1.0})
     host = next(iter(_stream(plan, "host", batch_size=16)))
     device = finish_views(next(iter(_stream(plan, "device", batch_size=16))), AugmentConfig(image_size=16))
     flips_differ = 0
@@ -222,14 +222,14 @@ def test_pairs_in_a_real_batch_share_crop_colour_grayscale_not_flip_host_and_dev
 
 def test_the_first_example_of_a_pair_is_what_it_is_without_pairs():
     plain = next(iter(_stream(TWO_VIEWS)))
-    paired = next(iter(_stream(view_plan("simsiam", {"stl_weight": 1.0}))))
+    paired = next(iter(_stream(view_plan("simsiam", {}, {"stl_weight": 1.0}))))
     for key in ("view1", "view2"):
         np.testing.assert_array_equal(paired[key].numpy()[0::2], plain[key].numpy()[0::2])
         assert not np.array_equal(paired[key].numpy()[1::2], plain[key].numpy()[1::2])
 
 
 def test_pairs_are_the_same_after_a_resume_and_within_each_shard():
-    plan = view_plan("simsiam", {"stl_weight": 1.0})
+    plan = view_plan("simsiam", {}, {"stl_weight": 1.0})
     whole = list(_stream(plan, batches_per_epoch=3).take(3))
     resumed = list(_stream(plan, batches_per_epoch=3, skip_batches=1).take(2))
     for a, b in zip(whole[1:], resumed, strict=True):
@@ -241,7 +241,7 @@ def test_pairs_are_the_same_after_a_resume_and_within_each_shard():
 
 
 def test_an_odd_batch_per_replica_is_refused_in_one_line():
-    plan = view_plan("simsiam", {"stl_weight": 1.0})
+    plan = view_plan("simsiam", {}, {"stl_weight": 1.0})
     with pytest.raises(ValueError, match=r"^aligned pairs \(crop, color, grayscale\) need an even batch per replica, "
                                          r"got 5: choose --batch_size as a multiple of 2 x the replicas$"):
         _stream(plan, batch_size=5)
@@ -253,7 +253,8 @@ def test_an_odd_batch_per_replica_is_refused_in_one_line():
 @pytest.mark.slow
 def test_a_simsiam_stl_run_exports_the_backbone_alone(tmp_path):
     cfg = tiny_run(str(tmp_path / "run"), method="simsiam", max_steps=2, export=True,
-                   method_options={**SMALL_STL, "projector_dim": 16, "predictor_hidden": 8})
+                   method_options={"projector_dim": 16, "predictor_hidden": 8},
+                   objective_options=SMALL_STL)
     result = train(cfg)
     assert result.steps == 2 and result.last_logs["stl/loss"] > 0
     loaded = assert_export_is_the_backbone(result)

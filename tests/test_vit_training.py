@@ -36,8 +36,8 @@ def tiny_vit(monkeypatch):
 
 def test_augself_cassle_and_equimod_train_on_the_class_tokens(tiny_vit):
     model = build_method("mocov3", tiny_vit, options={"projector_hidden": 16, "projector_dim": 8,
-                                                      "predictor_hidden": 12, "equimod_weight": 1.0,
-                                                      "equimod_hidden": 8, "equimod_dim": 4, "total_steps": 4},
+                                                      "predictor_hidden": 12, "total_steps": 4},
+                         objective_options={"equimod_weight": 1.0, "equimod_hidden": 8, "equimod_dim": 4},
                          augself={"crop": 1.0, "color": 0.5}, conditioning=Conditioning.create(("crop", "color")))
     model.build_all(S)
     # Each AugSelf head reads [f1, f2], the two views' class tokens (CASSLE's models.py): 2 x the ViT's width.
@@ -130,7 +130,7 @@ def test_what_does_not_compose_is_one_line(tiny_vit):
                                          r"backbone reads it$"):
         _parse(["--backbone=resnet18", "--patch_size=8", "--stop_grad_conv1"])
     with pytest.raises(ValueError, match=r"^--stl_weight does not compose with --method=mocov3"):
-        build_method("mocov3", tiny_vit, options={"stl_weight": 1.0})
+        build_method("mocov3", tiny_vit, objective_options={"stl_weight": 1.0})
     cfg = _parse(["--backbone=vit_pico", "--method=mocov3", "--optimizer=lars", "--clip_grad=3"])
     assert (cfg.model.backbone, cfg.optimizer, cfg.clip_grad) == ("vit_pico", "lars", 3.0)
 

@@ -26,6 +26,9 @@ Example 2i+1 of every batch takes example 2i's rows of those slots, view by view
 example 2i's view j draws), so the pair shares, say, the crop and colour of view 1 and those of view 2 while
 every other step stays its own. The pairing is the input pipeline's (``augself_tf.data.pretrain``): it hands
 ``slot_seeds`` the partner's example seed; example 2i is its own partner, so it is what it is without pairs.
+
+An objective's views (``augself_tf.objectives.extend_views``) are recorded on the plan as that objective's
+(``objective_views``, ``views_of(key)``), so its loss reads them from the plan the model was built with.
 """
 
 from __future__ import annotations
@@ -143,6 +146,9 @@ class ViewPlan:
     views: tuple[ViewSpec, ...]
     #: steps whose draws example 2i+1 of a batch takes from example 2i (each view from the same view); () = none
     aligned: tuple[str, ...] = ()
+    #: ``((objective key, view index), ...)``: the views an objective added (`extended_by`), which its loss reads.
+    #: Who reads a view is not what is drawn: plans that differ here draw the same batches and compare equal.
+    objective_views: tuple[tuple[str, int], ...] = dataclasses.field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         if len(self.views) < 2:
@@ -169,6 +175,25 @@ class ViewPlan:
     def with_view(self, view: ViewSpec) -> ViewPlan:
         """This plan with ``view`` appended (an objective's own view), everything else (aligned steps) kept."""
         return dataclasses.replace(self, views=(*self.views, view))
+
+    def extended_by(self, key: str, extended: ViewPlan) -> ViewPlan:
+        """``extended`` (this plan as objective ``key`` extended it) with the views it appended recorded as
+        ``key``'s; ``extended`` itself when it appended none (aligned pairs, or no change at all).
+
+        Raises:
+          ValueError: ``extended`` does not keep this plan's views first (an objective may only append).
+        """
+        if extended.views[:self.num_views] != self.views:
+            raise ValueError(f"objective {key!r} changed the views before its own; an objective may only append "
+                             "views (ViewPlan.with_view)")
+        added = tuple((key, j) for j in range(self.num_views, extended.num_views))
+        if not added:
+            return extended
+        return dataclasses.replace(extended, objective_views=(*extended.objective_views, *added))
+
+    def views_of(self, key: str) -> tuple[int, ...]:
+        """The indices (0-based: view ``j`` is the batch's ``view{j+1}``) of the views objective ``key`` added."""
+        return tuple(j for owner, j in self.objective_views if owner == key)
 
     @property
     def num_views(self) -> int:

@@ -1,21 +1,27 @@
 """Pretraining methods: one short file per method over `AugSelfModel`, and one line per method in `METHODS`.
 
 Each method declares its options once, as `option` fields of its ``Options`` dataclass; so does each
-augmentation-aware objective (`augself_tf.objectives.OBJECTIVES`). train_main has one flag per option name:
-methods that share a name (``--temperature`` of MoCo, SimCLR and SwAV) share the flag, so they must declare it
-with one type and one help line (`METHODS` refuses a method that does not), and the flag's help lists each
-method's default. The options travel together as the run's ``method_options`` (run.json records them; a resume
-checks them). How to add a method: docs/architecture.md, "Adding a method"; an objective: "Adding an
-augmentation-aware objective".
+augmentation-aware objective (`augself_tf.objectives.OBJECTIVES`). train_main has one flag per option name: methods
+that share a name (``--temperature`` of MoCo, SimCLR and SwAV) share the flag, so they must declare it with one type
+and one help line (`METHODS` refuses a method that does not), and the flag's help lists each method's default. The
+options are the run's ``method_options``, the objectives' its ``objective_options``: no method reads an objective's,
+nor the reverse, and no name is both (run.json records both; a resume checks them). How to add a method:
+docs/architecture.md, "Adding a method"; an objective: "Adding an augmentation-aware objective".
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from augself_tf.augment.views import ViewPlan
-from augself_tf.flag_fields import declared_options, define_flag, flag_fields, flag_kind, help_text
+from augself_tf.flag_fields import (
+    SharedOption,
+    declared_flags,
+    declared_options,
+    define_shared_flags,
+    flag_fields,
+    shared_options,
+)
 from augself_tf.methods.augself_model import AugSelfModel, PretrainData
 from augself_tf.methods.byol import BYOL
 from augself_tf.methods.dino import DINO
@@ -26,37 +32,23 @@ from augself_tf.methods.simclr import SimCLR
 from augself_tf.methods.simsiam import SimSiam
 from augself_tf.methods.supervised import Supervised
 from augself_tf.methods.swav import SwAV
-from augself_tf.objectives import OBJECTIVES, enabled_objectives, extend_views
+from augself_tf.objectives import enabled_objectives, extend_views
+from augself_tf.objectives import objective_options as objective_flags
+from augself_tf.objectives import required_steps as objective_required_steps
 from augself_tf.registries import Registry
-
-
-@dataclasses.dataclass(frozen=True)
-class MethodOption:
-    """One train_main flag of the methods' options: its kind, help and each declaring method's default."""
-
-    name: str
-    kind: type
-    help: str
-    choices: tuple[str, ...] | None
-    defaults: dict[str, Any]
-
-    def help_line(self) -> str:
-        """The help followed by every declaring method's default, e.g. ``... (default moco: 0.2, swav: 0.1)``."""
-        return f"{self.help} (default {', '.join(f'{m}: {v}' for m, v in self.defaults.items())})"
-
-
-def _declared(method: str, cls: type) -> dict[str, MethodOption]:
-    return {f.name: MethodOption(f.name, flag_kind(cls.Options, f), help_text(f), f.metadata["choices"],
-                                 {method: f.default}) for f in flag_fields(cls.Options)}
 
 
 def _check_method(name: str, cls: type[AugSelfModel], registered: Registry) -> None:
     """Refuses a method whose option shares a name with another method's but not its type, choices or help."""
     if not (isinstance(cls, type) and issubclass(cls, AugSelfModel)):
         raise TypeError(f"method {name!r} must be an AugSelfModel subclass, got {cls!r}")
+    mine_all = declared_flags(name, cls.Options)
+    clash = next((o for o in mine_all if o in objective_flags()), None)
+    if clash is not None:  # one flag, one reader: a method never reads an objective's option, nor the reverse
+        raise ValueError(f"method {name!r}: option --{clash} is an objective's option; name it otherwise")
     for other, other_cls in registered.items():
-        theirs = _declared(other, other_cls)
-        for option_name, mine in _declared(name, cls).items():
+        theirs = declared_flags(other, other_cls.Options)
+        for option_name, mine in mine_all.items():
             if option_name not in theirs:
                 continue
             for what in ("kind", "choices", "help"):
@@ -81,53 +73,56 @@ METHODS: Registry[type[AugSelfModel]] = Registry("method", {
 }, check=_check_method)
 
 
-def method_options() -> dict[str, MethodOption]:
-    """Every option name of the registered methods and objectives (in registration order), with each declarer's
-    default."""
-    merged: dict[str, MethodOption] = {}
-    for method, cls in [*METHODS.items(), *OBJECTIVES.items()]:
-        for name, declared in _declared(method, cls).items():
-            known = merged.get(name)
-            merged[name] = declared if known is None else dataclasses.replace(
-                known, defaults={**known.defaults, **declared.defaults})
-    return merged
+def method_options() -> dict[str, SharedOption]:
+    """Every option name of the registered methods (in registration order), with each declarer's default; the
+    objectives' are `augself_tf.objectives.objective_options`."""
+    return shared_options([(name, cls.Options) for name, cls in METHODS.items()])
 
 
 def define_method_flags(flag_values: Any, module_name: str) -> None:
     """One flag per method option name, default None (unset: each method's own default applies)."""
-    for option in method_options().values():
-        define_flag(option.name, option.kind, None, option.help_line(), flag_values, module_name, option.choices)
+    define_shared_flags(method_options(), flag_values, module_name)
 
 
 def method_options_from_flags(flag_values: Any) -> dict[str, Any]:
-    """``{name: value}`` of every method-option flag, None where unset (TrainConfig.method_options)."""
+    """``{name: value}`` of every method-option flag, None where unset (``ModelConfig.method_options``)."""
     return {name: flag_values[name].value for name in method_options()}
 
 
-def build_method(name: str, backbone, *, options: dict | None = None, **common) -> AugSelfModel:
-    """Instantiates method `name` with its ``Options``, and every objective the `options` switch on with its own.
+def build_method(name: str, backbone, *, options: dict | None = None, objective_options: dict | None = None,
+                 **common) -> AugSelfModel:
+    """Instantiates method `name` with its ``Options`` from ``options``, and every objective ``objective_options``
+    switches on with its own, handing the model the run's `view_plan`.
 
     Raises:
-      ValueError: an unknown method, or an objective that does not compose with it (one line).
+      ValueError: an unknown method, an objective's option among the method's ``options``, or an objective that
+        does not compose with the method (one line).
     """
     if name not in METHODS:
         raise ValueError(f"unknown method '{name}'; choose from {', '.join(METHODS)}")
+    misplaced = [k for k, v in (options or {}).items() if v is not None and k in objective_flags()]
+    if misplaced:
+        raise ValueError(f"--{misplaced[0]} is an objective's option: pass it in objective_options, not the "
+                         "method's options")
     cls = METHODS[name]
-    objectives = tuple(o(declared_options(o, options)) for o in enabled_objectives(options or {}))
-    return cls(backbone, options=declared_options(cls, options), objectives=objectives, **common)
+    objective_options = objective_options or {}
+    objectives = tuple(o(declared_options(o, objective_options)) for o in enabled_objectives(objective_options))
+    return cls(backbone, options=declared_options(cls, options), objectives=objectives,
+               plan=view_plan(name, options or {}, objective_options), **common)
 
 
-def view_plan(method: str, options: dict[str, Any]) -> ViewPlan:
-    """The views of a run: the method's declaration, then the views its objectives add (one declaration the
-    input pipeline, the device stage and ω follow)."""
-    return extend_views(METHODS.get(method, AugSelfModel).view_plan(options), options)
+def view_plan(method: str, options: dict[str, Any], objective_options: dict[str, Any] | None = None) -> ViewPlan:
+    """The views of a run: the method's declaration from its ``options``, then the views the objectives that
+    ``objective_options`` switches on add, each recorded as its objective's (one declaration the input pipeline,
+    the device stage, ω and the objectives' losses follow)."""
+    return extend_views(METHODS.get(method, AugSelfModel).view_plan(options), objective_options or {})
 
 
-def required_steps(method: str, options: dict[str, Any]) -> tuple[str, ...]:
+def required_steps(method: str, options: dict[str, Any], objective_options: dict[str, Any] | None = None
+                   ) -> tuple[str, ...]:
     """Augmentation steps the method and its objectives need switched on (each at its predicted default)."""
     steps = list(METHODS.get(method, AugSelfModel).required_steps(options))
-    for objective in enabled_objectives(options):
-        steps += [s for s in objective.required_steps(options) if s not in steps]
+    steps += [s for s in objective_required_steps(objective_options or {}) if s not in steps]
     return tuple(steps)
 
 

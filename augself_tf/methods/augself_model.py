@@ -20,6 +20,7 @@ import tensorflow as tf
 from augself_tf.augment import AugmentConfig, finish_views
 from augself_tf.augment.views import TWO_VIEWS, ViewPlan
 from augself_tf.flag_fields import flag_fields, help_text
+from augself_tf.objectives import with_objective_views
 from augself_tf.objectives.augself import AugSelf
 from augself_tf.objectives.base import Forward, Objective
 from augself_tf.objectives.conditioning import ConditionedHead, Conditioning, condition_head, head_input
@@ -74,6 +75,8 @@ class AugSelfModel(keras.Model):
       objectives: the run's augmentation-aware objectives besides AugSelf (`augself_tf.objectives.OBJECTIVES`),
         each added to the loss with its weight; one that does not compose with the method is refused (ValueError).
       options: the method's ``Options`` (default: ``Options()``), kept as ``self.method_options``.
+      plan: the run's `ViewPlan`, each objective's views recorded on it (`ViewPlan.views_of`), kept as
+        ``self.plan`` (default: the method's plan from ``options``, extended by ``objectives``).
 
     Conditioning: a method wraps the head that reads the features in ``self.conditioned(...)`` (identity when
     ``conditioning`` is None) and gets [f, d] instead of f in ``method_loss`` — ``head_input`` — where d is the
@@ -153,6 +156,7 @@ class AugSelfModel(keras.Model):
         conditioning: Conditioning | None = None,
         objectives: tuple[Objective, ...] = (),
         options: Any = None,
+        plan: ViewPlan | None = None,
         **kwargs,
     ) -> None:
         super().__init__(name=kwargs.pop("name", self.method_name), **kwargs)
@@ -175,6 +179,11 @@ class AugSelfModel(keras.Model):
             objective.check_method(self.method_name)
             added.append(objective)
         self.objectives = {objective.key: objective for objective in added}
+        # The run's views, each objective's recorded as its own (what its loss reads); `build_method` hands the plan
+        # the input pipeline draws, a model made without one plans the same from its options and objectives.
+        self.plan = plan if plan is not None else with_objective_views(
+            type(self).view_plan(dataclasses.asdict(self.method_options)),
+            [(type(o), o.options) for o in objectives])
         self.augself_weights = dict(added[0].task_weights) if weights else {}
 
     # ----------------------------------------------------------------- hooks for methods

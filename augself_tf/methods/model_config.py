@@ -15,8 +15,9 @@ from typing import Any, NamedTuple
 
 from augself_tf.augment import registry
 from augself_tf.augment.augment_config import AugmentConfig
+from augself_tf.augment.views import ViewPlan
 from augself_tf.flag_fields import names_text, option
-from augself_tf.methods import METHODS, build_method
+from augself_tf.methods import METHODS, build_method, required_steps, view_plan
 from augself_tf.methods.augself_model import AugSelfModel
 from augself_tf.models import backbones
 from augself_tf.models.backbones import BACKBONES
@@ -88,7 +89,9 @@ def _augself_help() -> str:
 class ModelConfig:
     """What defines the model's variables and its function; `TrainConfig.model` (flags of the same names).
 
-    ``method_options`` holds the method-option flags ({name: value}, None where unset: the method's default).
+    ``method_options`` holds the method-option flags ({name: value}, None where unset: the method's default), and
+    ``objective_options`` the objectives' (`augself_tf.objectives.OBJECTIVES`: each one's weight switches it on),
+    apart, so that a method never reads an objective's option nor an objective a method's.
     """
 
     method: str = option("moco", "Invariance objective ('none' = AugSelf alone).", choices=tuple(METHODS))
@@ -130,6 +133,7 @@ class ModelConfig:
                                          "pretraining data's; STL10 0.27,0.26,0.27, else ImageNet's "
                                          "0.229,0.224,0.225).")
     method_options: dict = dataclasses.field(default_factory=dict)
+    objective_options: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.augself = _tasks(self.augself)
@@ -171,9 +175,18 @@ class ModelConfig:
         conditioned)."""
         return self._conditioning
 
+    def views(self) -> ViewPlan:
+        """The run's views: the method's plan and its objectives' views (`augself_tf.methods.view_plan`), what
+        the input pipeline draws and the model is handed."""
+        return view_plan(self.method, self.method_options, self.objective_options)
+
+    def required_steps(self) -> tuple[str, ...]:
+        """Augmentation steps the method and its objectives need switched on (each at its predicted default)."""
+        return required_steps(self.method, self.method_options, self.objective_options)
+
     def checked_settings(self, input_mean: tuple[float, ...], input_std: tuple[float, ...]) -> dict[str, Any]:
         """Every field by its flag's name as run.json records it, the input statistics resolved (a resumed run
-        must match them all; an unset method option is its method's default and is not recorded)."""
+        must match them all; an unset method or objective option is its default and is not recorded)."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         values.update(augself=[augself_text((t,)) for t in self.augself], input_mean=input_mean,
                       input_std=input_std)
@@ -182,15 +195,15 @@ class ModelConfig:
     def build(self, *, options: Mapping[str, Any], input_mean: tuple[float, ...], input_std: tuple[float, ...],
               synchronized_bn: bool, augment: AugmentConfig) -> AugSelfModel:
         """The backbone and the method of these settings, with the method's completed ``options``
-        (`AugSelfModel.complete_options`), normalising its input with ``input_mean`` / ``input_std``, and the
-        built `Conditioning` of the ``condition*`` fields."""
+        (`AugSelfModel.complete_options`), normalising its input with ``input_mean`` / ``input_std``, the
+        built `Conditioning` of the ``condition*`` fields and the objectives of ``objective_options``."""
         backbone = backbones.build(self.backbone, width=self.width, synchronized_bn=synchronized_bn,
                                    input_mean=input_mean, input_std=input_std, image_size=augment.image_size,
                                    patch_size=self.patch_size, position=self.pos_embed, drop_path=self.drop_path,
                                    frozen_patch_projection=self.stop_grad_conv1)
-        return build_method(self.method, backbone, options=dict(options), augself=self.task_weights(),
-                            augself_weight=self.augself_weight, conditioning=self.conditioning(),
-                            synchronized_bn=synchronized_bn, augment=augment)
+        return build_method(self.method, backbone, options=dict(options), objective_options=self.objective_options,
+                            augself=self.task_weights(), augself_weight=self.augself_weight,
+                            conditioning=self.conditioning(), synchronized_bn=synchronized_bn, augment=augment)
 
 
 #: The ViT settings and their defaults: another value on a ResNet is refused.

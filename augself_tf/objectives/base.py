@@ -49,8 +49,8 @@ class Objective(keras.layers.Layer):
     A subclass sets ``key`` (its registry name, the prefix of its logs), declares its flags as ``option`` fields
     of its ``Options`` dataclass, one of them ``weight_option`` (its switch: 0 = off), and writes `build_objective`
     and `objective_loss`; `extend_views`, `required_steps` and `check_method` when it needs them. Its flags
-    are train_main flags beside the methods' options (one flag per name, recorded in run.json and checked on
-    resume with them).
+    are train_main flags apart from the methods' options: the run's ``objective_options`` (one flag per name,
+    recorded in run.json and checked on resume), which no method reads.
     """
 
     key: ClassVar[str] = ""
@@ -83,14 +83,17 @@ class Objective(keras.layers.Layer):
         return float(weight) > 0
 
     @classmethod
-    def extend_views(cls, plan: ViewPlan, options: dict[str, Any]) -> ViewPlan:
-        """The run's views with the objective's own added (a view appended, pairs aligned). Default: unchanged."""
+    def extend_views(cls, plan: ViewPlan, options: Any) -> ViewPlan:
+        """The run's views with the objective's own appended (`ViewPlan.with_view`) or its pairs aligned, from its
+        ``Options`` ``options``; the views it appends are recorded on the plan as its own (`view_index`).
+        Default: unchanged."""
         del options
         return plan
 
     @classmethod
-    def required_steps(cls, options: dict[str, Any]) -> tuple[str, ...]:
-        """Augmentation steps the objective needs switched on (each at its predicted default). Default: none."""
+    def required_steps(cls, options: Any) -> tuple[str, ...]:
+        """Augmentation steps the objective needs switched on (each at its predicted default), from its ``Options``.
+        Default: none."""
         del options
         return ()
 
@@ -108,16 +111,17 @@ class Objective(keras.layers.Layer):
         self.weight = float(getattr(self.options, self.weight_option)) if self.weight_option else 1.0
 
     def view_index(self, model: keras.Model) -> int:
-        """Where the view this objective's `extend_views` appends sits in the batch (0-based): after the method's
-        views and those of the objectives the model adds before this one, in the order
-        ``augself_tf.methods.view_plan`` extends them."""
-        options = dataclasses.asdict(model.method_options)
-        plan = type(model).view_plan(options)
-        for objective in model.objectives.values():
-            if objective is self:
-                return plan.num_views
-            plan = type(objective).extend_views(plan, {**options, **dataclasses.asdict(objective.options)})
-        raise ValueError(f"objective {self.key!r} is not one of the model's objectives")
+        """Where the view this objective's `extend_views` appended sits in the batch (0-based: ``view{j+1}``), as
+        the model's view plan recorded it (``model.plan.views_of``).
+
+        Raises:
+          ValueError: the plan records no view, or several, of this objective (read ``model.plan.views_of``).
+        """
+        views = model.plan.views_of(self.key)
+        if len(views) != 1:
+            raise ValueError(f"objective {self.key!r} has {len(views)} views in the model's plan, not one; read "
+                             "model.plan.views_of")
+        return views[0]
 
     def build_objective(self, model: keras.Model) -> None:
         """Creates the objective's variables (heads) from the built model (``model.feature_dim``, ...)."""

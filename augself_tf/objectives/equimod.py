@@ -125,9 +125,9 @@ class EquiMod(Objective):
         self.heads: dict[str, keras.Sequential] = {}
 
     @classmethod
-    def extend_views(cls, plan: ViewPlan, options: dict) -> ViewPlan:
+    def extend_views(cls, plan: ViewPlan, options: EquiMod.Options) -> ViewPlan:
         """The run's views and x0, the evaluation view, after them (the ``negatives`` control has no x0)."""
-        if options.get("equimod_control") == "negatives":
+        if options.equimod_control == "negatives":
             return plan
         return plan.with_view(ViewSpec(eval_view=True))
 

@@ -23,7 +23,7 @@ import keras
 import tensorflow as tf
 
 from augself_tf.augment.views import ViewPlan, ViewSpec, parse_area_range, side_pixels, view_keys
-from augself_tf.flag_fields import declared_options, option
+from augself_tf.flag_fields import option
 from augself_tf.models.torch_init import Linear
 from augself_tf.objectives.base import Objective
 
@@ -96,12 +96,11 @@ class ESSL(Objective):
             return parse_area_range("essl_crop_scale", self.essl_crop_scale)
 
     @classmethod
-    def extend_views(cls, plan: ViewPlan, options: dict[str, Any]) -> ViewPlan:
+    def extend_views(cls, plan: ViewPlan, options: ESSL.Options) -> ViewPlan:
         """The run's views and one more: a crop of ``--essl_crop_size`` and ``--essl_crop_scale``, drawn afresh."""
-        o = declared_options(cls, options)
-        size = o.essl_crop_size
-        spec = ViewSpec(image_size=int(size), crop_scale=o.crop_scale) if size > 1 else \
-            ViewSpec(size_fraction=float(size), crop_scale=o.crop_scale)
+        size = options.essl_crop_size
+        spec = ViewSpec(image_size=int(size), crop_scale=options.crop_scale) if size > 1 else \
+            ViewSpec(size_fraction=float(size), crop_scale=options.crop_scale)
         return plan.with_view(spec)
 
     def __init__(self, options: Any = None, **kwargs) -> None:

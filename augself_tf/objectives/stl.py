@@ -105,10 +105,9 @@ class STL(Objective):
             parse_aligned(self.stl_aligned)
 
     @classmethod
-    def extend_views(cls, plan: ViewPlan, options: dict) -> ViewPlan:
+    def extend_views(cls, plan: ViewPlan, options: STL.Options) -> ViewPlan:
         """The method's views, their ``--stl_aligned`` draws shared within each pair of examples."""
-        aligned = options.get("stl_aligned")
-        return dataclasses.replace(plan, aligned=parse_aligned(STL_ALIGNED if aligned is None else aligned))
+        return dataclasses.replace(plan, aligned=parse_aligned(options.stl_aligned))
 
     def build_objective(self, model) -> None:
         o, sync, d = self.options, model.synchronized_bn, model.feature_dim

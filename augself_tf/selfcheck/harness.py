@@ -16,7 +16,6 @@ import tensorflow as tf
 from augself_tf.augment import AugmentConfig
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import source_info
-from augself_tf.methods import view_plan
 from augself_tf.methods.augself_model import AugSelfModel, PretrainData
 from augself_tf.methods.model_config import ModelConfig
 from augself_tf.training.loop import build_model, pair_source
@@ -98,7 +97,7 @@ def real_batches(setup: Setup, count: int, seed: int = 0) -> tuple[dict[str, Any
 @functools.lru_cache(maxsize=64)
 def _batches(method: str, image_size: int, photometric: str, batch_size: int, seed: int, count: int) -> tuple:
     cfg = Setup(method, image_size=image_size, photometric=photometric, batch_size=batch_size).config()
-    views = view_plan(method, cfg.model.method_options)
+    views = cfg.model.views()
     ds = make_pair_dataset(_source(cfg.split), cfg.augment, seed=seed, batch_size=batch_size, cache=True,
                            photometric=photometric, views=views)
     it = iter(ds)
@@ -113,7 +112,7 @@ def real_batch(setup: Setup, seed: int = 0) -> dict[str, Any]:
 def pipeline(setup: Setup, replicas: int, seed: int = 0) -> tf.data.Dataset:
     """The pair stream one worker runs for ``setup``: per-replica batches, forever (what the loop reads)."""
     cfg = setup.config()
-    views = view_plan(setup.method, cfg.model.method_options)
+    views = cfg.model.views()
     return make_pair_dataset(_source(cfg.split), cfg.augment, seed=seed, batch_size=setup.batch_size // replicas,
                              cache=True, photometric=setup.photometric, views=views)
 

@@ -169,6 +169,16 @@ def recorded_derived(model_dir: str, method_options: Mapping) -> dict:
     return {k: v for k, v in _recorded(path)[1].items() if method_options.get(k) is None}
 
 
+#: run.json's records of option flags, compared as one set of flags (the names of the two are distinct). A run.json
+#: written before the objectives' options had their own record holds them in ``method_options``.
+OPTION_RECORDS = ("method_options", "objective_options")
+
+
+def _options(settings: Mapping) -> dict:
+    """Every option flag a run.json model record (or this run's) holds, method's and objectives' alike."""
+    return {k: v for record in OPTION_RECORDS for k, v in settings.get(record, {}).items()}
+
+
 def check_run_settings(model_dir: str, settings: Mapping, *, write: bool, derived: Mapping | None = None) -> None:
     """Compares `settings` (`ModelConfig.checked_settings`, JSON values) with ``model_dir/run.json``; writes the
     file (atomically) when it is absent, or adds the settings an older version did not record.
@@ -189,8 +199,8 @@ def check_run_settings(model_dir: str, settings: Mapping, *, write: bool, derive
         # A setting an older run.json does not hold was not checked then: it is recorded from now on. Unset
         # method options are not recorded, so every option either side holds is compared; a derived one only
         # when this run sets its flag (unset, the recorded value is reused: `recorded_derived`).
-        opts_now, opts_then = current.get("method_options", {}), recorded.get("method_options", {})
-        differ = [(k, recorded[k], current.get(k), "") for k in sorted(recorded) if k != "method_options"
+        opts_now, opts_then = _options(current), _options(recorded)
+        differ = [(k, recorded[k], current.get(k), "") for k in sorted(recorded) if k not in OPTION_RECORDS
                   and current.get(k) != recorded[k]]
         for k in sorted(set(opts_now) | set(opts_then) | set(derived_then)):
             then, now = opts_then.get(k, derived_then.get(k)), opts_now.get(k)
@@ -203,7 +213,10 @@ def check_run_settings(model_dir: str, settings: Mapping, *, write: bool, derive
         derived_now = {**derived_now, **derived_then}
         if (set(current) <= set(recorded) and set(derived_now) <= set(derived_then)) or not write:
             return
-        current = {**current, **recorded}
+        # An older record holds the objectives' options among the method's: this run's split replaces it (the
+        # check above found them equal); every other setting is kept as recorded.
+        split = {k: current[k] for k in OPTION_RECORDS if k in current} if "objective_options" not in recorded else {}
+        current = {**current, **recorded, **split}
     else:
         ckpt_dir = os.path.join(model_dir, "checkpoints")
         if os.path.isdir(ckpt_dir) and any(n.startswith("ckpt-") for n in os.listdir(ckpt_dir)):

@@ -17,7 +17,7 @@ import tensorflow as tf
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source, pair_records
 from augself_tf.image_statistics import IMAGENET_MEAN, IMAGENET_STD
-from augself_tf.methods import METHODS, view_plan
+from augself_tf.methods import METHODS
 from augself_tf.methods.augself_model import AugSelfModel, PretrainData
 from augself_tf.runtime.preemption import StopSignals
 from augself_tf.training.agreement import agree_on_resume
@@ -78,7 +78,7 @@ def distributed_pairs(
             views=views,
         )
 
-    views = view_plan(cfg.model.method, cfg.model.method_options)  # the method's and its objectives' declaration
+    views = cfg.model.views()  # the method's and its objectives' declaration
     return strategy.distribute_datasets_from_function(dataset_fn)
 
 

@@ -22,7 +22,7 @@ from augself_tf.augment import PHOTOMETRIC_MODES
 from augself_tf.augment.views import check_pair_batch
 from augself_tf.data.source_base import SourceInfo
 from augself_tf.data.sources import source_info
-from augself_tf.methods import derived_options, view_plan
+from augself_tf.methods import derived_options
 from augself_tf.methods.augself_model import PretrainData
 from augself_tf.runtime.determinism import make_deterministic
 from augself_tf.runtime.preemption import StopSignals
@@ -151,7 +151,7 @@ def prepare(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> 
     replicas = strategy.num_replicas_in_sync
     if cfg.batch_size % replicas:
         raise ValueError(f"global batch size {cfg.batch_size} is not divisible by the {replicas} replicas")
-    check_pair_batch(view_plan(cfg.model.method, cfg.model.method_options), cfg.batch_size // replicas)
+    check_pair_batch(cfg.model.views(), cfg.batch_size // replicas)
     mode = compile_mode(strategy) if cfg.jit_compile else None
     if mode == CLUSTERS:
         log(f"--jit_compile on {replicas} CPU replicas: XLA compiles the step's clusters, the cross-replica "

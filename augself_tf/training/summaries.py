@@ -76,8 +76,8 @@ def describe_run(
     condition = (f" + conditioned projector[{','.join(model.condition)}] (MLP {model.condition_depth}×"
                  f"{model.condition_width}, {model.condition_kind}, {model.condition_descriptor} descriptors"
                  f"{', predictor too' if model.condition_predictor else ''})" if model.condition else "")
-    condition += "".join(f" + {o.__name__}(λ={model.method_options[o.weight_option]:g})"
-                         for o in enabled_objectives(model.method_options))
+    condition += "".join(f" + {o.__name__}(λ={model.objective_options[o.weight_option]:g})"
+                         for o in enabled_objectives(model.objective_options))
     norm = ""
     if input_statistics is not None:
         mean, std = (",".join(f"{v:g}" for v in t) for t in input_statistics)

@@ -3,7 +3,8 @@
 The defaults are a small CPU run on the embedded ``shapes`` data (a few minutes on two cores); the paper's
 settings live in the flagfiles under flags/. augself-train's flags are generated (`define_train_flags`): one
 per `option` field (augself_tf/flag_fields.py) of `TrainConfig` and of its `ModelConfig` and `AugmentConfig`, one per
-augmentation probability the registry declares, and one per method option name (`augself_tf.methods`);
+augmentation probability the registry declares, and one per method option name (`augself_tf.methods`) and
+objective option name (`augself_tf.objectives`);
 `config_from_flags` assembles the `TrainConfig` back from them. A field added here is a flag there.
 """
 
@@ -25,8 +26,9 @@ from augself_tf.flag_fields import (
     option,
     values_from_flags,
 )
-from augself_tf.methods import define_method_flags, method_options_from_flags, required_steps
+from augself_tf.methods import define_method_flags, method_options_from_flags
 from augself_tf.methods.model_config import ModelConfig
+from augself_tf.objectives import define_objective_flags, objective_options_from_flags
 from augself_tf.runtime.strategy import STRATEGIES
 from augself_tf.training.knn import DEFAULT_K, DEFAULT_TEMPERATURE
 from augself_tf.training.optim import OPTIMIZERS, WEIGHT_DECAY_EXCLUDE
@@ -60,7 +62,7 @@ class TrainConfig:
     """Everything one pretraining run needs (`config_from_flags` fills it from flags of the same names).
 
     Fields made with `option` are flags; ``model`` holds the settings that define the model (`ModelConfig`'s
-    option fields are flags too, and its ``method_options`` the method-option flags), ``augment`` the
+    option fields are flags too, its ``method_options`` and ``objective_options`` those options' flags), ``augment`` the
     augmentation settings (`AugmentConfig`'s option fields and probabilities are flags too); ``verbose`` and
     ``on_step`` are for programs and tests.
     """
@@ -171,7 +173,7 @@ def define_train_flags(flag_values: Any, module_name: str) -> None:
 
     One per `option` field of `TrainConfig` and `AugmentConfig` (defaults from ``TrainConfig().augment``), one
     per probability knob of the registered augmentations (unset: the knob's declared default, or its
-    ``when_predicted`` default when AugSelf predicts the step) and one per method option name.
+    ``when_predicted`` default when AugSelf predicts the step) and one per method and objective option name.
     """
     define_flags("", TrainConfig, flag_values, module_name)
     define_flags("", ModelConfig, flag_values, module_name)
@@ -180,6 +182,7 @@ def define_train_flags(flag_values: Any, module_name: str) -> None:
         shown = "" if knob.when_predicted is not None else f" (default {knob.default})"
         define_flag(knob.field, float, None, knob.help + shown, flag_values, module_name)
     define_method_flags(flag_values, module_name)
+    define_objective_flags(flag_values, module_name)
 
 
 def config_from_flags(flag_values: Any) -> TrainConfig:
@@ -190,9 +193,10 @@ def config_from_flags(flag_values: Any) -> TrainConfig:
     """
     values = values_from_flags("", TrainConfig, flag_values)
     model = ModelConfig(**values_from_flags("", ModelConfig, flag_values),
-                        method_options=method_options_from_flags(flag_values))
+                        method_options=method_options_from_flags(flag_values),
+                        objective_options=objective_options_from_flags(flag_values))
     # A step AugSelf predicts or the method needs (LooC's left-out augmentations) gets its predicted default.
-    wanted = set(model.augself_names) | set(required_steps(model.method, model.method_options))
+    wanted = set(model.augself_names) | set(model.required_steps())
     probabilities = {
         step.probability.field: step.probability.resolve(flag_values[step.probability.field].value,
                                                          step.name in wanted)
@@ -207,11 +211,12 @@ def config_from_flags(flag_values: Any) -> TrainConfig:
 
 def flag_values_of(cfg: TrainConfig) -> dict[str, Any]:
     """Every setting of a run by its flag's name, as the flag writes it (None where unset): the `option`
-    fields of `TrainConfig`, `ModelConfig` and `AugmentConfig`, the probabilities and the method options
+    fields of `TrainConfig`, `ModelConfig` and `AugmentConfig`, the probabilities and the method and objective options
     (HParams)."""
     values = {f.name: flag_value(f, getattr(cfg, f.name)) for f in flag_fields(TrainConfig)}
     values.update({f.name: flag_value(f, getattr(cfg.model, f.name)) for f in flag_fields(ModelConfig)})
     values.update({f.name: flag_value(f, getattr(cfg.augment, f.name)) for f in flag_fields(AugmentConfig)})
     values.update({knob.field: cfg.augment.probability(knob.field) for knob in registry.probabilities()})
     values.update(cfg.model.method_options)
+    values.update(cfg.model.objective_options)
     return values
