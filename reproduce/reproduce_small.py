@@ -10,6 +10,7 @@
     augself-reproduce --suite=aware        # the augmentation-aware family's comparison (same flags)
     augself-reproduce --suite=recipe       # the ledger recipe's sweep, judged on a held-out split
     augself-reproduce --suite=comparison   # the README's rows and the family with controls, at the ledger recipe
+    augself-reproduce --suite=vit          # MoCo v3 and DINO ± AugSelf on the CPU-scale ViT and the ResNet
 
 An arm is one pretraining run (data, method, AugSelf set, conditioning set, seed, budget) and its
 evaluations with eval_main.py. Each finished arm writes reproduce/ledger/<arm id>.json (its settings,
@@ -19,12 +20,10 @@ training settings> (not committed): an interrupted arm resumes from its checkpoi
 again, and an arm whose evaluations changed keeps its training and redoes only the changed calls. What an arm
 is: reproduce/arm_settings.py; the ledger's entries: reproduce/ledger.py (schema in reproduce/ledger/README.md);
 running arms: reproduce/ledger_runner.py (run directories in run_directory.py, estimates in time_estimates.py).
-Five arm sets (``--suite``), each with its arms in reproduce/<suite>_arms.py and its report in
-reproduce/<suite>_report.py: ``main``, the main reproduction; ``looc``, the paper's LooC comparison; ``aware``, the
-augmentation-aware family's comparison; ``recipe``, the ledger recipe's sweep; ``comparison``, the README's rows,
-the family with its controls and the SimCLR rows at the recipe the sweep chose for each base. Each suite's report
-reads only its own entries (the aware suite's SimSiam ± AugSelf rows are the looc suite's entries, the comparison's
-floor the looc suite's floor) and writes its own block of docs/results.md.
+The arm sets (``--suite``) are registered in reproduce/suites.py, each with its arms in reproduce/<suite>_arms.py
+and its report in reproduce/<suite>_report.py. Each suite's report reads only its own entries (the aware suite's
+SimSiam ± AugSelf rows are the looc suite's entries, the comparison's floor the looc suite's floor) and writes its own
+block of docs/results.md.
 ``augself-reproduce`` is the command of an editable install (``pip install -e .``); ``python -m
 reproduce.reproduce_small`` from the checkout's root is the same program. Either reads and writes the checkout it
 imports this package from (reproduce/ledger.py's ``ROOT``) and stops with one line anywhere else.
