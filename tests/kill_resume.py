@@ -41,7 +41,13 @@ def wait_ok(proc: subprocess.Popen, log_path: str, timeout: float = 600) -> None
 def kill_9_then_resume(tmp_path, args: tuple[str, ...], kill_after: int, steps: int) -> tuple[dict, dict]:
     """Runs ``args`` whole and, beside it, killed by SIGKILL once checkpoint ``kill_after`` exists and rerun; asserts
     the rerun resumed from the checkpoint the kill left (before step ``steps``) and returns both runs' final
-    checkpoint values (uninterrupted, resumed)."""
+    checkpoint values (uninterrupted, resumed).
+
+    The kill is raced against the run: at toy sizes a step takes milliseconds, so ``args`` must checkpoint at least
+    twice between ``kill_after`` and ``steps``, or the run can save its last checkpoint before the poll sees
+    ``kill_after`` (and nothing is left to resume)."""
+    every = int(next((a.split("=", 1)[1] for a in args if a.startswith("--checkpoint_every=")), steps))
+    assert len(range(kill_after + every, steps, every)) >= 2, "leave the kill at least two checkpoints before the end"
     full, killed = str(tmp_path / "full"), str(tmp_path / "killed")
     reference = launch(full, str(tmp_path / "full.log"), args)
     victim = launch(killed, str(tmp_path / "killed.log"), args)

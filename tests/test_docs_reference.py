@@ -17,8 +17,10 @@ import pytest
 from test_user_text import anchors_of
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-#: The pages held to a reference's form; others join as they are rewritten.
-REFERENCE_PAGES = ("docs/benchmarks.md", "docs/development.md", "docs/distributed.md", "docs/results.md")
+#: The pages held to a reference's form: every page of docs/.
+REFERENCE_PAGES = ("docs/analyses.md", "docs/architecture.md", "docs/benchmarks.md", "docs/development.md",
+                   "docs/distributed.md", "docs/evaluation.md", "docs/experiments.md", "docs/monitors.md",
+                   "docs/python-api.md", "docs/results.md", "docs/training.md")
 RECORDS = sorted(glob.glob(os.path.join(REPO, "bench", "records", "*.json")))
 
 SESSION = re.compile(r"\bsessions?\s+\d+", re.IGNORECASE)
@@ -50,6 +52,11 @@ def test_the_patterns_find_what_they_forbid_and_nothing_else():
     for text in ("AVX512-VNNI, avx512f", "2026-11-26", "216922457343922113", "bf16_vs_f32", "deadbeef",
                  "the #1f77b4 line", "ram://run_lock_test_ab12cd34ef", "1e8ab77x", "§5.8", "sessions"):
         assert not any(p.search(text) for p in DIARY.values()), text
+
+
+def test_every_page_of_docs_is_a_reference_page():
+    pages = {os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "*.md"))}
+    assert set(REFERENCE_PAGES) == pages, sorted(pages ^ set(REFERENCE_PAGES))
 
 
 @pytest.mark.parametrize("page", REFERENCE_PAGES)

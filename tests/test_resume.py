@@ -85,7 +85,7 @@ LOOC = ("--method=looc", "--looc_augmentations=color,rotation", "--augself=crop,
         "--checkpoint_every=1", "--log_every=1", "--queue_size=32", "--projector_hidden=32", "--projector_dim=16",
         "--noexport", "--photometric=device", "--monitor=none")
 SIMSIAM_HOST = ("--method=simsiam", "--augself=crop,color", "--batch_size=128", "--image_size=32", "--width=0.125",
-                "--seed=3", "--photometric=host", "--monitor=none", "--max_steps=4", "--checkpoint_every=2",
+                "--seed=3", "--photometric=host", "--monitor=none", "--max_steps=5", "--checkpoint_every=1",
                 "--log_every=1", "--noexport")
 
 
@@ -104,7 +104,7 @@ SIMSIAM_HYPERNET = ("--method=simsiam", "--augself=crop,color", "--dataset=shape
 # MoCo is run conditioned only: that state is plain MoCo's (weights, optimizer, key encoder, queue) and more.
 @pytest.mark.parametrize(("args", "kill_after", "steps"), [
     ((*MOCO, *CONDITIONED), 2, 5),
-    (SIMSIAM_HOST, 2, 4),
+    (SIMSIAM_HOST, 2, 5),
     (LOOC, 2, 5),
     (SIMSIAM_HYPERNET, 2, 5),
 ], ids=["moco-conditioned", "simsiam-host-b128", "looc-4-views", "simsiam-hypernet-predictor-relative"])

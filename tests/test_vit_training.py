@@ -137,7 +137,7 @@ def test_what_does_not_compose_is_one_line(tiny_vit):
 
 KILL_ARGS = ("--method=mocov3", "--backbone=vit_pico", "--augself=crop,color", "--optimizer=adamw",
              "--weight_decay=0.05", "--weight_decay_end=0.1", "--clip_grad=1.0", "--drop_path=0.1", "--stop_grad_conv1",
-             "--dataset=shapes", "--image_size=16", "--batch_size=16", "--max_steps=4", "--checkpoint_every=2",
+             "--dataset=shapes", "--image_size=16", "--batch_size=16", "--max_steps=6", "--checkpoint_every=1",
              "--projector_hidden=32", "--projector_dim=16", "--predictor_hidden=32", "--monitor=none", "--lr=1e-3")
 
 
@@ -146,7 +146,7 @@ def test_mocov3_vit_resumes_bit_exactly_after_kill_9_on_two_replicas_and_its_exp
     """The issue's target command at toy size (vit_pico for vit_tiny, 16 px): the run killed after its step-2
     checkpoint and rerun ends on the uninterrupted run's bits (drop-path's seeds, AdamW's moments and the EMA
     included), and augself-eval reads its export."""
-    full, resumed = kill_9_then_resume(tmp_path, KILL_ARGS, kill_after=2, steps=4)
+    full, resumed = kill_9_then_resume(tmp_path, KILL_ARGS, kill_after=2, steps=6)
     assert any("exp_avg" in k for k in full) and any("drop_path" in k and "seed" in k for k in full)
     assert_bit_identical(full, resumed)
     export = os.path.join(tmp_path, "killed", "saved_model")
