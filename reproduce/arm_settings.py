@@ -46,9 +46,15 @@ class Budget:
     backbone: str
     max_steps: int | None = None
 
+    @property
+    def is_vit(self) -> bool:
+        """A Vision Transformer: sized by its name (``vit_pico``), so ``width`` is not passed to training."""
+        return self.backbone.startswith("vit")
+
     def describe(self) -> str:
-        """``resnet18 width 0.25, 64 px, batch 128, 120 epochs``."""
-        text = f"{self.backbone} width {self.width:g}, {self.image_size} px, batch {self.batch_size}, "
+        """``resnet18 width 0.25, 64 px, batch 128, 120 epochs`` (``vit_pico, 64 px, …`` for a ViT)."""
+        size = self.backbone if self.is_vit else f"{self.backbone} width {self.width:g}"
+        text = f"{size}, {self.image_size} px, batch {self.batch_size}, "
         if self.max_steps == 0:
             return text + "never trained"
         return text + f"{self.epochs} epochs" + (f" (at most {self.max_steps} steps)" if self.max_steps else "")
@@ -146,11 +152,13 @@ class Arm:
 
     @property
     def name(self) -> str:
-        """Readable name, what ``--arms`` globs match: ``tiny-simsiam-augself-s0``; a floor's has no method
-        (``tiny-never_trained-s0``)."""
+        """Readable name, what ``--arms`` globs match: ``tiny-simsiam-augself-s0``; a ViT's names its backbone
+        (``tiny-vit_pico-mocov3-base-s0``); a floor's has no method, and its tag when it has one
+        (``tiny-never_trained-s0``, ``tiny-vit_pico-never_trained+sincos-s0``)."""
+        data = f"{self.data}-{self.budget.backbone}" if self.budget.is_vit else self.data
         if self.budget.never_trained:
-            return f"{self.data}-{NEVER_TRAINED}-s{self.seed}"
-        return f"{self.data}-{self.method}-{self.variant}-s{self.seed}"
+            return f"{data}-{NEVER_TRAINED}{'+' + self.tag if self.tag else ''}-s{self.seed}"
+        return f"{data}-{self.method}-{self.variant}-s{self.seed}"
 
     def settings(self) -> dict:
         """Everything that decides the arm's numbers, as plain JSON (what the id hashes)."""
@@ -185,8 +193,9 @@ class Arm:
         b = self.budget
         args = [f"--method={self.method}", f"--augself={self.augself}", f"--seed={self.seed}",
                 f"--dataset={dataset_spec(DATA_NAMES[self.data], data_dir)}", "--split=train",
-                f"--backbone={b.backbone}", f"--width={b.width}", f"--image_size={b.image_size}",
-                f"--batch_size={b.batch_size}", f"--epochs={b.epochs}", f"--model_dir={model_dir}"]
+                f"--backbone={b.backbone}", *([] if b.is_vit else [f"--width={b.width}"]),
+                f"--image_size={b.image_size}", f"--batch_size={b.batch_size}", f"--epochs={b.epochs}",
+                f"--model_dir={model_dir}"]
         if self.condition != "none":
             args.append(f"--condition={self.condition}")
         if b.max_steps is not None:
@@ -198,7 +207,8 @@ class Arm:
 def step_setting(arm: Arm) -> str:
     """What decides a training step's cost, by name: ``tiny-looc-color_rotation`` (the arm's name without its
     seed). ``--time_steps`` times one arm per step setting, and the LooC table reads its rows' times by it."""
-    return f"{arm.data}-{arm.method}-{arm.variant}"
+    data = f"{arm.data}-{arm.budget.backbone}" if arm.budget.is_vit else arm.data
+    return f"{data}-{arm.method}-{arm.variant}"
 
 
 def settings_hash(settings: dict) -> str:

@@ -60,6 +60,8 @@ def views_per_image(arm: Arm) -> str:
     flags = dict(arm.train_flags)
     if flags.get("equimod_control") == "negatives":  # the control that leaves x0 out
         return "2"
+    if "local_crops" in flags:  # multi-crop: the global crops and the local ones
+        return str(int(flags.get("global_crops", "2")) + int(flags["local_crops"]))
     return next((VIEWS_PER_IMAGE[n] for n, (flag, _) in OBJECTIVE_FLAGS.items() if flag in flags), "2")
 
 

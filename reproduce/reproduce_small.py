@@ -10,6 +10,7 @@
     augself-reproduce --suite=aware        # the augmentation-aware family's comparison (same flags)
     augself-reproduce --suite=recipe       # the ledger recipe's sweep, judged on a held-out split
     augself-reproduce --suite=comparison   # the README's rows and the family with controls, at the ledger recipe
+    augself-reproduce --suite=vit          # MoCo v3 and DINO ± AugSelf on the CPU-scale ViT and the ResNet
 
 An arm is one pretraining run (data, method, AugSelf set, conditioning set, seed, budget) and its
 evaluations with eval_main.py. Each finished arm writes reproduce/ledger/<arm id>.json (its settings,
@@ -19,12 +20,10 @@ training settings> (not committed): an interrupted arm resumes from its checkpoi
 again, and an arm whose evaluations changed keeps its training and redoes only the changed calls. What an arm
 is: reproduce/arm_settings.py; the ledger's entries: reproduce/ledger.py (schema in reproduce/ledger/README.md);
 running arms: reproduce/ledger_runner.py (run directories in run_directory.py, estimates in time_estimates.py).
-Five arm sets (``--suite``), each with its arms in reproduce/<suite>_arms.py and its report in
-reproduce/<suite>_report.py: ``main``, the main reproduction; ``looc``, the paper's LooC comparison; ``aware``, the
-augmentation-aware family's comparison; ``recipe``, the ledger recipe's sweep; ``comparison``, the README's rows,
-the family with its controls and the SimCLR rows at the recipe the sweep chose for each base. Each suite's report
-reads only its own entries (the aware suite's SimSiam ± AugSelf rows are the looc suite's entries, the comparison's
-floor the looc suite's floor) and writes its own block of docs/results.md.
+The arm sets (``--suite``) are registered in reproduce/suites.py, each with its arms in reproduce/<suite>_arms.py
+and its report in reproduce/<suite>_report.py. Each suite's report reads only its own entries (the aware suite's
+SimSiam ± AugSelf rows are the looc suite's entries, the comparison's floor the looc suite's floor) and writes its own
+block of docs/results.md.
 ``augself-reproduce`` is the command of an editable install (``pip install -e .``); ``python -m
 reproduce.reproduce_small`` from the checkout's root is the same program. Either reads and writes the checkout it
 imports this package from (reproduce/ledger.py's ``ROOT``) and stops with one line anywhere else.
@@ -37,36 +36,17 @@ import os
 import signal
 import sys
 
-from reproduce import (
-    arm_settings,
-    aware_arms,
-    aware_report,
-    comparison_arms,
-    comparison_report,
-    ledger,
-    ledger_runner,
-    looc_arms,
-    looc_report,
-    main_arms,
-    main_report,
-    recipe_arms,
-    recipe_report,
-    run_directory,
-    step_times,
-    time_estimates,
-)
+from reproduce import arm_settings, ledger, ledger_runner, run_directory, step_times, time_estimates
+from reproduce.suites import SUITES
 
 ROOT = ledger.ROOT
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--suite", choices=("main", "looc", "aware", "recipe", "comparison"), default="main",
-                   help="arm set: main (the main reproduction: SimSiam/MoCo ± AugSelf, CASSLE), looc (the "
-                        "paper's LooC comparison table), aware (the augmentation-aware family: AugSelf, CASSLE, "
-                        "EquiMod, E-SSL, STL on SimSiam and SimCLR), recipe (the ledger recipe's sweep, judged on "
-                        "a held-out split) or comparison (the README's rows, the family with its controls and the "
-                        "SimCLR rows at the ledger recipe, BN statistics recomputed); each has its own report block")
+    p.add_argument("--suite", choices=tuple(SUITES), default="main",
+                   help="arm set, each with its own report block: "
+                        + "; ".join(f"{s.name} ({s.help})" for s in SUITES.values()))
     p.add_argument("--arms", default=None, help="comma-separated globs on arm names or ids (default: all); they run in "
                    "the suite's order, whatever the order given")
     p.add_argument("--time_budget", type=float, default=None, metavar="MINUTES",
@@ -92,8 +72,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--width", type=float, default=None, help="tiny-imagenet budget's width (new arms; default 0.25)")
     args = p.parse_args(argv)
     args.prog = p.prog.removesuffix(".py")  # augself-reproduce, or reproduce_small under python -m
-    heat_map = args.suite in ("looc", "aware", "comparison")  # the omega_probe heat map; main its monitor curves
-    picture = f"{args.suite}_omega_probe.png" if heat_map else "reproduce_small_curves.png"
+    suite = SUITES[args.suite]
+    heat_map, picture = suite.heat_map, suite.picture()
     if args.quick:
         out = f"reproduce_small_{args.suite}_quick" if heat_map else "reproduce_small_quick"
         args.out = os.path.abspath(args.out or os.path.join(ROOT, "runs", out))
@@ -125,28 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     if error:
         print(error, file=sys.stderr)
         return 2
-    if args.suite == "looc":
-        arms = looc_arms.quick_looc_arms() if args.quick else looc_arms.looc_table_arms(args.epochs, args.width)
-        command, write_report = looc_report.COMMAND, looc_report.write_report
-    elif args.suite == "recipe":
-        if args.quick:
-            print(f"{args.prog}: error: --quick has no recipe sweep (its arms are the screen's)", file=sys.stderr)
-            return 2
-        arms, command, write_report = recipe_arms.sweep_arms(), recipe_report.COMMAND, recipe_report.write_report
-    elif args.suite == "comparison":
-        if args.quick:
-            print(f"{args.prog}: error: --quick has no comparison (its arms wait for the recipe sweep's entries)",
-                  file=sys.stderr)
-            return 2
-        arms = comparison_arms.suite_arms(ledger.load_entries(args.ledger), args.epochs, args.width)
-        command, write_report = comparison_report.COMMAND, comparison_report.write_report
-    elif args.suite == "aware":
-        arms = (aware_arms.quick_aware_arms() if args.quick
-                else aware_arms.suite_arms(ledger.load_entries(args.ledger), args.epochs, args.width))
-        command, write_report = aware_report.COMMAND, aware_report.write_report
-    else:
-        arms = main_arms.quick_arms() if args.quick else main_arms.default_arms(args.epochs, args.width)
-        command, write_report = ledger.COMMAND, main_report.write_report
+    suite = SUITES[args.suite]
+    if args.quick and suite.quick_arms is None:
+        print(f"{args.prog}: error: --quick has no {suite.name} suite ({suite.no_quick})", file=sys.stderr)
+        return 2
+    arms = (suite.quick_arms() if args.quick
+            else suite.arms(ledger.load_entries(args.ledger), args.epochs, args.width))
+    command, write_report = suite.command, suite.write_report
     command += " --quick" if args.quick else ""
     if args.report_only:
         block = write_report(args.ledger, arms, args.results_md, args.curves, command)

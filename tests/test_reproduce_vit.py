@@ -1,0 +1,103 @@
+"""reproduce_small.py --suite=vit: the ViT and DINO arms (each architecture's floor, MoCo v3 on the ResNet at MoCo v2's
+ledger recipe), their flags as augself-train reads them, and the report's three tables; the suite registry."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from absl import flags as absl_flags
+from test_reproduce_aware import entry
+from test_reproduce_comparison import full_sweep
+
+from augself_tf.training.train_config import config_from_flags, define_train_flags
+from reproduce import doc_blocks, ledger, looc_arms, reproduce_small, vit_arms, vit_report
+from reproduce.suites import SUITES
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MOCO = full_sweep("moco", "solo")
+
+
+def by_name(arms):
+    return {a.name: a for a in arms}
+
+
+def test_a_vits_arms_name_their_backbone_and_pass_no_width_and_each_architecture_has_its_floor():
+    arms = by_name(vit_arms.suite_arms(MOCO))
+    vit = arms["tiny-vit_pico-mocov3-augself-s0"]
+    args = vit.train_args("/data", "/run")
+    assert "--backbone=vit_pico" in args and not any(a.startswith("--width") for a in args)
+    assert any(a.startswith("--width=") for a in arms["tiny-mocov3-base-s0"].train_args("/data", "/run"))
+    sincos, learned = arms["tiny-vit_pico-never_trained+sincos-s0"], arms["tiny-vit_pico-never_trained+learned-s0"]
+    assert sincos.budget.never_trained and sincos.id != learned.id
+    assert ("pos_embed", "sincos") in sincos.train_flags and ("pos_embed", "learned") in learned.train_flags
+    # Each floor is the architecture its methods train: MoCo v3's ViT and DINO's ViT.
+    assert set(vit_arms.SINCOS_VIT) <= set(vit.train_flags)
+    assert set(vit_arms.LEARNED_VIT) <= set(arms["tiny-vit_pico-dino-base-s0"].train_flags)
+    # The ResNet's floor is the LooC comparison's, already in the ledger.
+    assert {a.id for a in looc_arms.floor_arms()} <= {a.id for a in arms.values()}
+    assert arms["tiny-dino-augself-s0"].budget.describe().startswith("resnet18 width 0.25")
+
+
+def test_mocov3_on_the_resnet_waits_for_moco_v2s_sweep_then_trains_at_its_recipe():
+    assert "tiny-mocov3-base-s0" not in by_name(vit_arms.suite_arms(MOCO[:-1]))
+    flags = dict(by_name(vit_arms.suite_arms(MOCO))["tiny-mocov3-base-s0"].train_flags)
+    assert (flags["lr"], flags["weight_decay"], flags["warmup_epochs"]) == ("0.3", "0.0001", "5")
+    assert flags["temperature"] == "1.0" and "optimizer" not in flags  # the ledger's SGD, MoCo v3's ResNet T
+
+
+@pytest.mark.parametrize("name", ["tiny-vit_pico-never_trained+sincos-s0", "tiny-vit_pico-mocov3-augself-s0",
+                                  "tiny-mocov3-base-s0", "tiny-vit_pico-dino-augself-s0", "tiny-dino-augself-s0"])
+def test_every_arms_flags_resolve_to_a_run_augself_train_accepts(name):
+    arm = by_name(vit_arms.suite_arms(MOCO))[name]
+    fv = absl_flags.FlagValues()
+    define_train_flags(fv, "train")
+    fv(["train_main", *arm.train_args("/data", "/run")])
+    cfg = config_from_flags(fv)
+    assert cfg.model.backbone == arm.budget.backbone and cfg.seed == arm.seed
+    if arm.method == "dino":
+        options = cfg.model.method_options
+        assert (options["local_crops"], options["local_crop_size"]) == (4, 32)
+
+
+def _cells(block: str, title: str, label: str) -> list[str]:
+    """The row ``label`` of the table under ``title``."""
+    part = block[block.index(title):]
+    part = part[:part.index("\n\n", part.index("| method"))]
+    line = next(ln for ln in part.splitlines() if ln.startswith(f"| {label} |"))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_report_keeps_each_architecture_in_its_table_against_its_own_floor():
+    arms = vit_arms.suite_arms(MOCO)
+    named = by_name(arms)
+    values = {"tiny-vit_pico-never_trained+sincos-s0": 5.0, "tiny-vit_pico-mocov3-base-s0": 9.0,
+              "tiny-vit_pico-mocov3-augself-s0": 11.0, "tiny-mocov3-base-s0": 20.0}
+    entries = [entry(named[n], {("in_domain", "linear"): v}) for n, v in values.items()]
+    moco_v2: list = []  # no comparison arm listed: MoCo v2's row is then left out
+    block = vit_report.render(entries, arms, moco_v2, "solo")
+    vit_title, resnet_title = vit_report.TABLES[0].title, vit_report.TABLES[2].title
+    assert _cells(block, vit_title, "never trained")[5] == "5.0"
+    assert _cells(block, vit_title, "MoCo v3")[5].startswith("9.0")
+    assert _cells(block, vit_title, "MoCo v3 + AugSelf")[5].startswith("11.0 (Δ +2.0")
+    assert _cells(block, resnet_title, "MoCo v3")[5].startswith("20.0")  # the ResNet's, not the ViT's
+    assert _cells(block, vit_report.TABLES[1].title, "DINO")[1] == "6"  # 2 global + 4 local crops
+    assert "**4 of the suite's" in block and "`tiny-dino-augself-s0`" in block
+
+
+def test_committed_vit_block_is_the_ledgers_report():
+    led = os.path.join(REPO, "reproduce", "ledger")
+    block = vit_report.report_block(led, vit_arms.suite_arms(ledger.load_entries(led)))
+    with open(os.path.join(REPO, "docs", "results.md")) as f:
+        committed = doc_blocks.current_block(f.read(), vit_report.BEGIN, vit_report.END)
+    assert committed == block, "regenerate it: augself-reproduce --suite=vit --report_only"
+
+
+def test_every_registered_suite_is_a_choice_and_one_without_a_smoke_version_refuses_quick(capsys):
+    assert set(SUITES) == {"main", "looc", "aware", "recipe", "comparison", "vit"}
+    for name, suite in SUITES.items():
+        assert suite.command.endswith("" if name == "main" else f"--suite={name}")
+        if suite.quick_arms is None:
+            assert reproduce_small.main([f"--suite={name}", "--quick", "--list"]) == 2
+            err = capsys.readouterr().err.strip()
+            assert err.count("\n") == 0 and f"--quick has no {name} suite" in err
