@@ -50,24 +50,34 @@ def kill_9_then_resume(tmp_path, args: tuple[str, ...], kill_after: int, steps: 
     assert len(range(kill_after + every, steps, every)) >= 2, "leave the kill at least two checkpoints before the end"
     full, killed = str(tmp_path / "full"), str(tmp_path / "killed")
     reference = launch(full, str(tmp_path / "full.log"), args)
-    victim = launch(killed, str(tmp_path / "killed.log"), args)
-    ckpts = os.path.join(killed, "checkpoints")
-    deadline = time.time() + 900
-    while time.time() < deadline and victim.poll() is None:
-        # The checkpoint's own files come before the manifest naming it: wait for the manifest, or a kill in
-        # between leaves no checkpoint to resume from (the resumed run would rightly start from scratch).
-        latest = tf.train.latest_checkpoint(ckpts) if os.path.exists(ckpts) else None
-        if latest is not None and int(latest.rsplit("-", 1)[1]) >= kill_after:
-            break
-        time.sleep(0.02)
-    assert victim.poll() is None, "the run ended before it could be killed mid-run"
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    left = tf.train.latest_checkpoint(ckpts)
-    assert left is not None and int(left.rsplit("-", 1)[1]) < steps, left
-    resumed = launch(killed, str(tmp_path / "resumed.log"), args)
-    wait_ok(reference, str(tmp_path / "full.log"), timeout=900)
-    wait_ok(resumed, str(tmp_path / "resumed.log"), timeout=900)
+    victim = resumed = None
+    try:
+        victim = launch(killed, str(tmp_path / "killed.log"), args)
+        ckpts = os.path.join(killed, "checkpoints")
+        deadline = time.time() + 900
+        latest = None
+        while time.time() < deadline and victim.poll() is None:
+            # The checkpoint's own files come before the manifest naming it: wait for the manifest, or a kill in
+            # between leaves no checkpoint to resume from (the resumed run would rightly start from scratch).
+            latest = tf.train.latest_checkpoint(ckpts) if os.path.exists(ckpts) else None
+            if latest is not None and int(latest.rsplit("-", 1)[1]) >= kill_after:
+                break
+            time.sleep(0.02)
+        assert victim.poll() is None, "the run ended before it could be killed mid-run"
+        assert latest is not None and int(latest.rsplit("-", 1)[1]) >= kill_after, \
+            f"no checkpoint {kill_after} within 900 s (latest: {latest})"
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        left = tf.train.latest_checkpoint(ckpts)
+        assert left is not None and int(left.rsplit("-", 1)[1]) < steps, left
+        resumed = launch(killed, str(tmp_path / "resumed.log"), args)
+        wait_ok(reference, str(tmp_path / "full.log"), timeout=900)
+        wait_ok(resumed, str(tmp_path / "resumed.log"), timeout=900)
+    finally:  # a failed check leaves no training running behind the test
+        for proc in (reference, victim, resumed):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
     with open(tmp_path / "resumed.log") as f:
         assert f"Resumed from {left}" in f.read()
     return checkpoint_values(full), checkpoint_values(killed)
