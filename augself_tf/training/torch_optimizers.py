@@ -13,7 +13,9 @@ the run, per step, `utils.cosine_scheduler`; the value is a function of the step
 checkpoint) and per-variable gradient clipping (`utils.clip_gradients`: each gradient scaled to norm at most
 ``clip_grad``). Both run in `update_step`, after the gradients were summed over replicas and unscaled, where
 DINO clips them (Keras' ``clipnorm`` clips the local, unreduced gradients of each replica). Both offer
-``gate_updates``, so the float16 loss-scaling wrapper (training/loss_scale.py) skips a step without a branch, and
+``gate_updates``, so the float16 loss-scaling wrapper (training/loss_scale.py) skips a step without a branch (the
+schedules still count it; AdamW's bias correction counts the applied steps only, as torch's ``step`` under
+GradScaler), and
 both leave ``held_variables`` out of the update for their first ``held_steps`` steps (DINO's last layer in its first
 epoch, ``cancel_gradients_last_layer``: torch skips a parameter without a gradient, so neither its decay nor its
 moments move, and AdamW counts that parameter's own steps for its bias correction from its first update).
