@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -80,6 +81,22 @@ def test_a_checkpoint_of_another_model_or_layout_is_refused_in_one_line(tmp_path
     old = tf.train.Checkpoint(model=model, optimizer=model.optimizer).save(str(tmp_path / "old"))
     with pytest.raises(CheckpointMismatchError, match="older augself-tf"):
         restore(make_checkpoint(model, model.optimizer), old, training_state(model, model.optimizer))
+
+
+def test_an_adamw_checkpoint_without_its_applied_step_count_is_refused_in_one_line(tmp_path):
+    """Written before AdamW counted its applied steps apart from `iterations`: the count a skipped float16 step
+    would leave behind is unknown, so it is refused naming why, not restored with a guess."""
+    w = keras.Variable(np.ones((2, 2), np.float32), name="w")
+    optimizer = build_optimizer(0.1, 256, 10, optimizer="adamw")
+    optimizer.build([w])
+    state = {"model/w": w, **{f"optimizer/{v.path}": v for v in optimizer.variables}}
+    assert "optimizer/torch_adamw/applied_steps" in state
+    older = {k: v for k, v in state.items() if not k.endswith("applied_steps")}
+    path = tf.train.Checkpoint(state=older).save(str(tmp_path / "older"))
+    with pytest.raises(CheckpointMismatchError, match="written before AdamW counted its applied steps") as err:
+        restore(tf.train.Checkpoint(state=state), path, state)
+    assert "\n" not in str(err.value)
+    restore(tf.train.Checkpoint(state=state), tf.train.Checkpoint(state=state).save(str(tmp_path / "new")), state)
 
 
 STATS = ((0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
@@ -170,6 +187,15 @@ def test_a_run_json_with_objective_options_among_the_methods_resumes_and_is_rewr
 
 
 @pytest.mark.slow
+def test_a_vit_run_json_of_patch_size_0_is_compared_as_the_patch_it_was_built_with(tmp_path):
+    """Before --patch_size=0 was resolved by the image size, run.json recorded the 0, which built the ViT size's own
+    patch: a resume compares that patch with the one it resolves now."""
+    (tmp_path / "run.json").write_text(json.dumps({"model": _checked(backbone="vit_pico", patch_size=0)}))
+    check_run_settings(str(tmp_path), _checked(backbone="vit_pico", patch_size=8), write=False)  # vit_pico's own
+    with pytest.raises(CheckpointMismatchError, match="--patch_size=8 there, 2 now"):
+        check_run_settings(str(tmp_path), _checked(backbone="vit_pico", patch_size=2), write=False)
+
+
 def test_a_resume_with_another_embedding_width_stops_at_the_flag_not_at_a_variable_shape(tmp_path):
     cfg = tiny_run(str(tmp_path), condition=("crop",), condition_width=8, condition_depth=2, max_steps=1,
                    export=False)

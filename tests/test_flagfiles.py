@@ -28,6 +28,7 @@ from augself_tf.data.sources import imagenet100_wnids, load_source, source_info
 from augself_tf.flag_fields import flag_fields, help_text
 from augself_tf.methods import METHODS, method_options
 from augself_tf.methods.model_config import ModelConfig
+from augself_tf.models.backbones import is_vit
 from augself_tf.objectives import objective_options
 from augself_tf.training.hparams import run_hparams
 from augself_tf.training.loop import TrainConfig, train
@@ -37,7 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGFILES = sorted(glob.glob(os.path.join(ROOT, "flags", "*.cfg")))
 NAMES = [os.path.basename(p)[: -len(".cfg")] for p in FLAGFILES]
 pytestmark = pytest.mark.filterwarnings("ignore:Even though the.*run_functions_eagerly:UserWarning")
-TOY = ["--dataset=shapes", "--split=train", "--width=0.0625", "--image_size=16", "--batch_size=16", "--max_steps=1",
+TOY = ["--dataset=shapes", "--split=train", "--image_size=16", "--batch_size=16", "--max_steps=1",
        "--monitor=none"]  # one eager step: the online monitors (tests/test_monitors.py) would triple its time
 
 
@@ -62,6 +63,11 @@ def parse(name: str, *extra: str) -> TrainConfig:
     return parse_argv([f"--flagfile={os.path.join(ROOT, 'flags', name + '.cfg')}", *extra])
 
 
+def toy(name: str) -> list[str]:
+    """`TOY`, and a ResNet at width 1/16 (a ViT's width is its size's: it refuses --width)."""
+    return [*TOY, *([] if is_vit(parse(name).model.backbone) else ["--width=0.0625"])]
+
+
 def _signature(cfg: TrainConfig) -> TrainConfig:
     """The config with the values that cannot change what runs blanked out."""
     augment = dataclasses.replace(cfg.augment, color_strength=0.0,
@@ -74,7 +80,7 @@ def _groups() -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {}
     by_signature: dict[str, str] = {}
     for name in sorted(NAMES, key=len):  # the shortest name (the main experiment) represents its group
-        key = repr(_signature(parse(name, *TOY)))
+        key = repr(_signature(parse(name, *toy(name))))
         first = by_signature.setdefault(key, name)
         groups.setdefault(first, []).append(name)
     return groups
@@ -316,9 +322,9 @@ def eager():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(GROUPS))
 def test_flagfiles_train_a_step_at_toy_size(name, tmp_path, eager):
-    cfg = parse(name, *TOY, f"--model_dir={tmp_path}")
+    cfg = parse(name, *toy(name), f"--model_dir={tmp_path}")
     for other in GROUPS[name][1:]:  # same run apart from λ / colour strength / model_dir
-        assert _signature(parse(other, *TOY)) == _signature(cfg), other
+        assert _signature(parse(other, *toy(other))) == _signature(cfg), other
     cfg = dataclasses.replace(cfg, export=False, verbose=0, shuffle_buffer=64)
     result = train(cfg)
     assert result.steps == 1

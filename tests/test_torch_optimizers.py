@@ -62,10 +62,11 @@ def torch_adamw(p, state, g, lr, wd, step, b1=0.9, b2=0.999, eps=1e-8):
     return p - lr / bc1 * m / denom, (m, v)
 
 
-def moco_v3_lars(p, mu, g, lr, wd, momentum=0.9, trust=0.001):
-    """moco/optimizer.py LARS.step for one parameter."""
+def moco_v3_lars(p, mu, g, lr, wd, momentum=0.9, trust=0.001, excluded=None):
+    """moco/optimizer.py LARS.step for one parameter; ``excluded`` (default: its own rule, ``p.ndim <= 1``) says
+    whether the parameter is left out of decay and the trust ratio."""
     dp = g
-    if p.ndim > 1:
+    if not (p.ndim <= 1 if excluded is None else excluded):
         dp = dp + wd * p
         param_norm, update_norm = np.linalg.norm(p), np.linalg.norm(dp)
         q = trust * param_norm / update_norm if param_norm > 0 and update_norm > 0 else 1.0
@@ -88,7 +89,8 @@ def reference(kind: str, p0: dict, a: np.ndarray, *, exclude_1d: bool, wd_end: f
                 decay = 0.0 if exclude_1d and params[k].ndim <= 1 else wd
                 params[k], state[k] = torch_adamw(params[k], state[k], g, lr, decay, step + 1)
             else:
-                params[k], state[k] = moco_v3_lars(params[k], state[k], g, lr, wd)
+                params[k], state[k] = moco_v3_lars(params[k], state[k], g, lr, wd,
+                                                   excluded=exclude_1d and params[k].ndim <= 1)
     return params
 
 
@@ -194,7 +196,8 @@ def _grad_tf(p: tf.Tensor, a: np.ndarray) -> tf.Tensor:
 
 def reference_shifted(kind: str, p0: dict, a: np.ndarray) -> dict:
     """The reference run of `STEPS` steps whose schedules start one step late (a skipped step counts in
-    `iterations`, so lr, wd and AdamW's bias correction see steps 1..STEPS)."""
+    `iterations`, so lr and wd see steps 1..STEPS), AdamW's bias correction counting the applied steps 1..STEPS
+    (torch's GradScaler skips ``optimizer.step()``, so its ``step`` does not count the skipped one)."""
     params = {k: v.astype(np.float64) for k, v in p0.items()}
     state = dict.fromkeys(p0)
     for step in range(1, STEPS + 1):
@@ -204,7 +207,7 @@ def reference_shifted(kind: str, p0: dict, a: np.ndarray) -> dict:
             g = dino_clip(_grad(params[k], a), CLIP)
             if kind == "adamw":
                 params[k], state[k] = torch_adamw(params[k], state[k], g, lr, 0.0 if params[k].ndim <= 1 else wd,
-                                                  step + 1)
+                                                  step)
             else:
                 params[k], state[k] = moco_v3_lars(params[k], state[k], g, lr, wd)
     return params
@@ -291,3 +294,84 @@ def test_held_variables_must_be_optimized():
     optimizer = build_optimizer(BASE_LR, 256, STEPS, optimizer="adamw", held_variables=[outside], held_steps=2)
     with pytest.raises(ValueError, match="^1 held variables are not among the optimized variables$"):
         optimizer.build([inside])
+
+
+# ------------------------------------------------------------------------ LARS and --weight_decay_exclude
+@pytest.mark.parametrize("exclude", ["none", "1d", "auto"])
+def test_lars_leaves_the_excluded_variables_out_of_decay_and_the_trust_ratio(exclude):
+    """One step against moco/optimizer.py's LARS with the exclusion the flag names (MoCo v3's own: ndim <= 1):
+    an excluded variable takes g alone, every other g + wd·θ scaled by the trust ratio. ``auto`` is LARS's own
+    rule, ``1d``, what LARS did before it read the flag."""
+    rng = np.random.default_rng(5)
+    a, p0 = _a(rng), _p0(rng)
+    variables = {k: keras.Variable(v, name=k) for k, v in p0.items()}
+    optimizer = build_optimizer(BASE_LR, 256, STEPS, optimizer="lars", weight_decay=WD, decay_exclude=exclude)
+    optimizer.build(list(variables.values()))
+    grads = {k: _grad(v, a) for k, v in p0.items()}
+    optimizer.apply([tf.constant(grads[k].astype(np.float32)) for k in p0], list(variables.values()))
+    lr = scaled_learning_rate(BASE_LR, 256)  # no warm-up here: step 0 of the cosine is its peak
+    for k in p0:
+        excluded = exclude != "none" and p0[k].ndim <= 1
+        want, _ = moco_v3_lars(p0[k].astype(np.float64), None, grads[k], lr, WD, excluded=excluded)
+        np.testing.assert_allclose(variables[k].numpy(), want, rtol=1e-5, atol=1e-7, err_msg=k)
+    # The flag matters: the bias's step with and without decay and the ratio differ by far more than the tolerance.
+    decayed, _ = moco_v3_lars(p0["bias"].astype(np.float64), None, grads["bias"], lr, WD, excluded=False)
+    plain, _ = moco_v3_lars(p0["bias"].astype(np.float64), None, grads["bias"], lr, WD, excluded=True)
+    assert np.abs(decayed - plain).max() > 1e-2
+
+
+# ------------------------------------------------------------------------ AdamW's step count under loss scaling
+SKIPPED = (3, 9)  # one step while the kernel is held (HELD = 5), one after
+
+
+def reference_skipped(p0: dict, a: np.ndarray, *, count_skipped: bool = False) -> dict:
+    """torch's AdamW under GradScaler over `STEPS` iterations of which `SKIPPED` had a non-finite gradient: the
+    scheduler steps every iteration (lr and wd by the iteration), ``optimizer.step()`` is skipped on those, so a
+    parameter's ``step`` counts its applied updates only (``kernel``'s from the end of its hold, DINO's
+    cancel_gradients_last_layer). ``count_skipped``: the bias correction counting every iteration instead."""
+    params = {k: v.astype(np.float64) for k, v in p0.items()}
+    state = dict.fromkeys(p0)
+    taken = dict.fromkeys(p0, 0)
+    for step in range(STEPS):
+        if step in SKIPPED:
+            continue
+        for k in params:
+            if k == "kernel" and step < HELD:
+                continue
+            taken[k] += 1
+            t = step + 1 - (HELD if k == "kernel" else 0) if count_skipped else taken[k]
+            params[k], state[k] = torch_adamw(params[k], state[k], _grad(params[k], a), moco_v3_lr(step),
+                                              dino_wd(step, WD_END), t)
+    return params
+
+
+def test_adamw_bias_correction_counts_the_applied_steps_not_the_skipped_ones():
+    """Under the float16 loss-scale wrapper a step with a non-finite gradient is skipped: the schedules still
+    move on (iterations), AdamW's t does not, as torch's with GradScaler, for a held variable too; the count is
+    optimizer state a checkpoint holds."""
+    rng = np.random.default_rng(4)
+    a, p0 = _a(rng), _p0(rng)
+    variables = {k: keras.Variable(v, name=k) for k, v in p0.items()}
+    optimizer = build_optimizer(BASE_LR, 256, STEPS, optimizer="adamw", weight_decay=WD, weight_decay_end=WD_END,
+                                warmup_steps=WARMUP, mixed_precision="float16", held_variables=[variables["kernel"]],
+                                held_steps=HELD)
+    optimizer.build(list(variables.values()))
+    for step in range(STEPS):
+        scale = float(optimizer.dynamic_scale.numpy())
+        grads = [_grad(v.numpy(), a) * scale for v in variables.values()]
+        if step in SKIPPED:
+            grads[1] = grads[1] * np.inf
+        optimizer.apply([tf.constant(g.astype(np.float32)) for g in grads], list(variables.values()))
+    inner = optimizer.inner_optimizer
+    assert int(inner.iterations.numpy()) == STEPS
+    assert int(inner.applied_steps.numpy()) == STEPS - len(SKIPPED)
+    assert int(inner.held_applied_steps.numpy()) == HELD - 1  # steps 0..4 of which 3 was skipped
+    ref = reference_skipped(p0, a)
+    for k in p0:
+        np.testing.assert_allclose(variables[k].numpy(), ref[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    # The count matters: a bias correction counting the skipped steps ends elsewhere.
+    other = reference_skipped(p0, a, count_skipped=True)
+    assert max(np.abs(other[k] - ref[k]).max() for k in p0) > 1e-4
+    # Optimizer variables, so the run's checkpoint (`training_state`: optimizer/<path>) holds them.
+    paths = {v.path for v in optimizer.variables}
+    assert {"torch_adamw/applied_steps", "torch_adamw/held_applied_steps"} <= paths

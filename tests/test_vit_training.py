@@ -17,12 +17,13 @@ from helpers import eager_steps
 from kill_resume import ROOT, assert_bit_identical, kill_9_then_resume
 from test_objectives_equimod import eq_batch
 
-from augself_tf.methods import build_method
+from augself_tf.methods import build_method, view_plan
+from augself_tf.methods.model_config import ModelConfig
 from augself_tf.models import vit
-from augself_tf.models.vit import ViTSize, build_vit
+from augself_tf.models.vit import ViTSize, build_vit, default_patch_size
 from augself_tf.objectives.conditioning import Conditioning
 from augself_tf.training.optim import build_optimizer
-from augself_tf.training.train_config import config_from_flags, define_train_flags
+from augself_tf.training.train_config import config_from_flags, define_train_flags, resolve_patch_size
 
 S = 8
 
@@ -135,7 +136,51 @@ def test_what_does_not_compose_is_one_line(tiny_vit):
     assert (cfg.model.backbone, cfg.optimizer, cfg.clip_grad) == ("vit_pico", "lars", 3.0)
 
 
-KILL_ARGS = ("--method=mocov3", "--backbone=vit_pico", "--augself=crop,color", "--optimizer=adamw",
+def test_a_vit_refuses_another_width_naming_backbone():
+    """--width is a ResNet's multiplier: a ViT's width is its size's, so another value is one line, not ignored."""
+    with pytest.raises(ValueError, match=r"^--width=0.5 set for backbone vit_tiny: a ViT's width is its size's "
+                                         r"\(.*vit_tiny 192.*\); choose it with --backbone and leave --width unset$"):
+        _parse(["--backbone=vit_tiny", "--width=0.5"])
+    assert _parse(["--backbone=vit_tiny"]).model.width == ModelConfig().width  # the default is no choice
+
+
+@pytest.mark.parametrize("image_size,patch", [(16, 2), (32, 4), (64, 8), (96, 8), (160, 16), (224, 16), (512, 16)])
+def test_patch_size_0_is_the_image_sizes_patch(image_size, patch):
+    """The rule --patch_size's help states: the size's own patch where 8 fit a side, else the largest power of two
+    that does (vit_pico's own is 8); a given patch is kept whatever the size."""
+    cfg = resolve_patch_size(_parse(["--backbone=vit_tiny", f"--image_size={image_size}"]))
+    assert cfg.model.patch_size == patch == default_patch_size("vit_tiny", image_size)
+    assert image_size // patch >= 8 or patch == 1
+    pico = resolve_patch_size(_parse(["--backbone=vit_pico", f"--image_size={image_size}"]))
+    assert pico.model.patch_size == min(patch, 8)
+    given = resolve_patch_size(_parse(["--backbone=vit_tiny", "--patch_size=16", "--image_size=224"]))
+    assert given.model.patch_size == 16
+    resnet = _parse(["--backbone=resnet18", f"--image_size={image_size}"])
+    assert resolve_patch_size(resnet) is resnet and resnet.model.patch_for(image_size) == 0
+
+
+def test_the_default_dino_vit_tiny_run_resolves_a_patch_its_local_crops_hold():
+    """DINO's Done-when command at the default size (32 px): its 14-pixel local crops hold the resolved patch (4,
+    an 8 x 8 grid of the global crop), where vit_tiny's own 16 did not."""
+    argv = ["--method=dino", "--backbone=vit_tiny", "--local_crops=4", "--augself=crop,color"]
+    cfg = resolve_patch_size(_parse(argv))
+    plan = view_plan(cfg.model.method, cfg.model.method_options)
+    sides = [spec.config_for(cfg.augment).image_size for spec in plan.views]
+    assert (cfg.augment.image_size, cfg.model.patch_size, sides) == (32, 4, [32, 32, 14, 14, 14, 14])
+    assert resolve_patch_size(cfg) == cfg  # resolved once: a second pass changes nothing
+    assert _parse(argv).model.patch_for(32) == 4  # the model builds by the same rule (build_model without a run)
+    # An explicit patch larger than a local crop: one line naming both sizes and what to choose.
+    with pytest.raises(ValueError, match=r"^--patch_size=16 at --image_size=32 is larger than the run's 14-pixel "
+                                         r"crops \(DINO's --local_crop_size, E-SSL's --essl_crop_size\): every view "
+                                         r"must hold at least one patch; choose --patch_size=14 or less \(0: 4 at this "
+                                         r"image size\) or larger crops$"):
+        resolve_patch_size(_parse([*argv, "--patch_size=16"]))
+    with pytest.raises(ValueError, match=r"^--patch_size=64 at --image_size=32 is larger than the run's 32-pixel "
+                                         r"image: .* or larger --image_size$"):
+        resolve_patch_size(_parse(["--backbone=vit_tiny", "--patch_size=64"]))
+
+
+KILL_ARGS = ("--method=mocov3", "--backbone=vit_pico", "--patch_size=8", "--augself=crop,color", "--optimizer=adamw",
              "--weight_decay=0.05", "--weight_decay_end=0.1", "--clip_grad=1.0", "--drop_path=0.1", "--stop_grad_conv1",
              "--dataset=shapes", "--image_size=16", "--batch_size=16", "--max_steps=6", "--checkpoint_every=1",
              "--projector_hidden=32", "--projector_dim=16", "--predictor_hidden=32", "--monitor=none", "--lr=1e-3")

@@ -21,7 +21,7 @@ from augself_tf.methods import METHODS, build_method, required_steps, view_plan
 from augself_tf.methods.augself_model import AugSelfModel
 from augself_tf.models import backbones
 from augself_tf.models.backbones import BACKBONES
-from augself_tf.models.vit import POS_EMBEDDINGS
+from augself_tf.models.vit import MIN_GRID, POS_EMBEDDINGS, VIT_SIZES, default_patch_size
 from augself_tf.objectives.conditioning import (
     CONDITION_KINDS,
     DEFAULT_DEPTH,
@@ -30,6 +30,9 @@ from augself_tf.objectives.conditioning import (
     Conditioning,
     kinds_help,
 )
+
+#: --width's default: the only value a ViT backbone accepts (its width is its size's).
+WIDTH_DEFAULT = 0.125
 
 
 class AugSelfTask(NamedTuple):
@@ -118,8 +121,12 @@ class ModelConfig:
                "MLP (CASSLE's --ss-aug-inj-type proj-cat).")
     backbone: str = option("resnet18_cifar", "Backbone: a ResNet, or a Vision Transformer (vit_pico is a CPU size).",
                            choices=BACKBONES)
-    width: float = option(0.125, "Channel multiplier of a ResNet backbone (1.0 = standard ResNet).", above=0)
-    patch_size: int = option(0, "ViT patch side in pixels (0: the backbone's own, 16; 8 for vit_pico).", minimum=0)
+    width: float = option(WIDTH_DEFAULT, "Channel multiplier of a ResNet backbone (1.0 = standard ResNet); a ViT's "
+                                         "width is its --backbone's, and another value is refused.", above=0)
+    patch_size: int = option(0, f"ViT patch side in pixels; 0: chosen by --image_size, the backbone's own patch "
+                                f"(16; 8 for vit_pico) where {MIN_GRID} of them fit a side, else the largest power "
+                                f"of two of which {MIN_GRID} do (16 at 224 px, 8 at 96 and 64, 4 at 32, 2 at 16).",
+                             minimum=0)
     pos_embed: str = option("sincos", "ViT position embedding: fixed 2-D sin-cos (MoCo v3) or learned (DINO); "
                                       "interpolated bicubically for another image size.", choices=POS_EMBEDDINGS)
     drop_path: float = option(0.0, "ViT stochastic-depth rate of the last block, rising linearly from 0 at the first "
@@ -148,8 +155,14 @@ class ModelConfig:
             if vit_only:
                 raise ValueError(f"{', '.join(vit_only)} set for backbone {self.backbone}: only a ViT backbone reads "
                                  "it")
-        elif self.drop_path >= 1:
-            raise ValueError(f"--drop_path must be below 1, got {self.drop_path}")
+        else:
+            if self.width != WIDTH_DEFAULT:
+                # A ResNet's multiplier has no meaning for a ViT, whose width is its named size's (VIT_SIZES).
+                raise ValueError(f"--width={self.width:g} set for backbone {self.backbone}: a ViT's width is its "
+                                 f"size's ({', '.join(f'{n} {s.dim}' for n, s in VIT_SIZES.items())}); choose it "
+                                 "with --backbone and leave --width unset")
+            if self.drop_path >= 1:
+                raise ValueError(f"--drop_path must be below 1, got {self.drop_path}")
 
     @property
     def augself_names(self) -> tuple[str, ...]:
@@ -169,6 +182,13 @@ class ModelConfig:
         """
         return (_three("input_mean", self.input_mean, data_mean),
                 _three("input_std", self.input_std, data_std, positive=True))
+
+    def patch_for(self, image_size: int) -> int:
+        """The ViT patch a run at ``image_size`` takes: ``patch_size``, or where 0 the image size's default
+        (`augself_tf.models.vit.default_patch_size`); 0 for a ResNet."""
+        if not backbones.is_vit(self.backbone):
+            return 0
+        return self.patch_size or default_patch_size(self.backbone, image_size)
 
     def conditioning(self) -> Conditioning | None:
         """The conditioned projector these settings ask for, built when the settings were made (None: not
@@ -199,8 +219,8 @@ class ModelConfig:
         built `Conditioning` of the ``condition*`` fields and the objectives of ``objective_options``."""
         backbone = backbones.build(self.backbone, width=self.width, synchronized_bn=synchronized_bn,
                                    input_mean=input_mean, input_std=input_std, image_size=augment.image_size,
-                                   patch_size=self.patch_size, position=self.pos_embed, drop_path=self.drop_path,
-                                   frozen_patch_projection=self.stop_grad_conv1)
+                                   patch_size=self.patch_for(augment.image_size), position=self.pos_embed,
+                                   drop_path=self.drop_path, frozen_patch_projection=self.stop_grad_conv1)
         return build_method(self.method, backbone, options=dict(options), objective_options=self.objective_options,
                             augself=self.task_weights(), augself_weight=self.augself_weight,
                             conditioning=self.conditioning(), synchronized_bn=synchronized_bn, augment=augment)

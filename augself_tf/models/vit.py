@@ -47,10 +47,32 @@ VIT_SIZES = {
     "vit_small": ViTSize(384, 12, 12, 16),
     "vit_base": ViTSize(768, 12, 12, 16),
 }
+#: Patches per side the image-size default keeps (`default_patch_size`): solo-learn's CIFAR ViTs take patch 4 at
+#: 32 px, 8 x 8 patches.
+MIN_GRID = 8
 POS_EMBEDDINGS = ("sincos", "learned")
 LN_EPSILON = 1e-6
 #: Name of the final LayerNorm: the export's patch-token signature reads its output.
 FINAL_NORM = "encoder_norm"
+
+
+def default_patch_size(name: str, image_size: int) -> int:
+    """The patch a run of ViT ``name`` at ``image_size`` takes when ``--patch_size`` is 0: the size's own patch
+    (16; 8 for ``vit_pico``) where the image holds `MIN_GRID` of them per side (224 px: 16), else the largest power
+    of two that does (96 px: 8, 32 px: 4, 16 px: 2), at least 1.
+
+    The size's own patch at 32 px would leave a 2 x 2 grid and be larger than DINO's 14-pixel local crops;
+    published small-image ViTs shrink the patch with the image (solo-learn's CIFAR ViTs: patch 4 at 32 px).
+
+    Raises:
+      ValueError: an unknown name.
+    """
+    if name not in VIT_SIZES:
+        raise ValueError(f"unknown ViT '{name}'; choose from {', '.join(VIT_SIZES)}")
+    fits = 1
+    while fits * 2 * MIN_GRID <= image_size:
+        fits *= 2
+    return min(VIT_SIZES[name].patch, fits)
 
 
 def sincos_position_embedding(grid_h: int, grid_w: int, dim: int, temperature: float = 10000.0) -> np.ndarray:
@@ -282,7 +304,8 @@ def build_vit(
       name: one of `VIT_SIZES`.
       image_size: the side the position embedding is built for (the pretraining views'); another side
         interpolates it. Pixels beyond the last whole patch are dropped, as a stride-k convolution does.
-      patch_size: side of a patch; 0 = the size's default (16, 8 for ``vit_pico``).
+      patch_size: side of a patch; 0 = the size's own (16, 8 for ``vit_pico``) whatever ``image_size`` is (a run
+        resolves its 0 by the image size first, `default_patch_size`).
       position: ``sincos`` (MoCo v3) or ``learned`` (DINO).
       drop_path: stochastic-depth rate of the last block, rising linearly from 0 at the first (DINO's).
       frozen_patch_projection: MoCo v3's ``--stop-grad-conv1``: the random patch projection is not trained.

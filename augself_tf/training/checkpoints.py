@@ -18,6 +18,8 @@ from collections.abc import Mapping
 import keras
 import tensorflow as tf
 
+from augself_tf.models.vit import VIT_SIZES
+
 RUN_FILE = "run.json"
 _STATE = "state"
 
@@ -126,6 +128,11 @@ def restore(checkpoint: tf.train.Checkpoint, path: str, state: Mapping[str, tf.V
     extra = [n for n in saved if n.startswith(_STATE + "/") and n not in expected]
     shapes = [k for name, k in expected.items()
               if name in saved and list(saved[name]) != list(state[k].shape)]
+    if missing and not extra and not shapes and all(k.endswith("applied_steps") for k in missing):
+        # Its AdamW counted skipped float16 steps in its bias correction: its count of applied steps is unknown.
+        raise CheckpointMismatchError(f"{path} was written before AdamW counted its applied steps (no {missing[0]}); "
+                                      "this version cannot resume it exactly: use a new --model_dir, or resume "
+                                      "with the version that wrote it")
     if missing or extra or shapes:
         parts = []
         if missing:
@@ -156,6 +163,11 @@ def _recorded(path: str) -> tuple[dict, dict]:
     if not isinstance(model, dict) or not isinstance(derived, dict):
         raise CheckpointMismatchError(f"{path} is not a run settings file (expected {{\"model\": {{...}}}}, got "
                                       f"{json.dumps(recorded)[:60]}); restore it from a copy, or use a new --model_dir")
+    # Written before a ViT's --patch_size=0 was resolved by the image size (the run records the patch it took),
+    # a 0 meant the size's own patch, whatever the image size: compared as that, so such a run resumes where the
+    # two agree (vit_pico at 64 px, any size at 224) and elsewhere the refusal names the patch it was built with.
+    if model.get("patch_size") == 0 and model.get("backbone") in VIT_SIZES:
+        model = {**model, "patch_size": VIT_SIZES[model["backbone"]].patch}
     return model, derived
 
 

@@ -19,9 +19,11 @@ import tensorflow as tf
 
 from augself_tf.training.loss_scale import CrossReplicaLossScaleOptimizer
 from augself_tf.training.optimizer_parts import (
+    AUTO_EXCLUDE,
     WEIGHT_DECAY_EXCLUDE,
     HeldVariables,
     count_steps_per_replica,
+    decay_exclusion,
     is_decayed,
 )
 from augself_tf.training.torch_optimizers import LARS, TorchAdamW
@@ -168,7 +170,7 @@ def build_optimizer(
     weight_decay: float = 0.0,
     constant_lr_variables: Iterable[tf.Variable] = (),
     warmup_steps: int = 0,
-    decay_exclude: str = "none",
+    decay_exclude: str = AUTO_EXCLUDE,
     optimizer: str = "sgd",
     weight_decay_end: float | None = None,
     clip_grad: float = 0.0,
@@ -178,7 +180,9 @@ def build_optimizer(
     """The run's ``optimizer`` (:data:`OPTIMIZERS`) over `total_steps`: a linear warm-up of `warmup_steps` to the
     batch-scaled learning rate, then cosine decay to 0 (:func:`warmup_cosine`); the `constant_lr_variables` stay at
     that scaled rate throughout (solo-learn and the reference keep SimSiam's predictor there from step 0). ``sgd``
-    is :class:`TorchSGD` (coupled L2); ``adamw`` and ``lars`` (`torch_optimizers`) also take a weight-decay
+    is :class:`TorchSGD` (coupled L2); every one leaves out of its decay (and LARS of its trust ratio) the variables
+    ``decay_exclude`` names (`decay_exclusion`: ``auto`` is the optimizer's own rule, ``1d`` for LARS, ``none`` for the
+    others); ``adamw`` and ``lars`` (`torch_optimizers`) also take a weight-decay
     schedule to ``weight_decay_end`` and per-variable clipping at ``clip_grad``. Each leaves ``held_variables`` out
     of its update for the first ``held_steps`` steps (the model's `held_variables`). float16 wraps it in dynamic loss
     scaling whose skip decision covers every replica's gradients (:class:`CrossReplicaLossScaleOptimizer`).
@@ -188,6 +192,7 @@ def build_optimizer(
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; choose from {', '.join(OPTIMIZERS)}")
+    decay_exclude = decay_exclusion(decay_exclude, optimizer)
     lr = scaled_learning_rate(base_lr, global_batch_size)
     schedule = warmup_cosine(lr, total_steps, warmup_steps)
     constant = {"constant_lr": lr, "constant_lr_variables": constant_lr_variables, "held_variables": held_variables,
@@ -202,7 +207,8 @@ def build_optimizer(
                                total_steps=total_steps, clip_grad=clip_grad, decay_exclude=decay_exclude, **constant)
     else:
         optimizer = LARS(schedule, weight_decay=weight_decay, weight_decay_end=weight_decay_end,
-                         total_steps=total_steps, momentum=momentum, clip_grad=clip_grad, **constant)
+                         total_steps=total_steps, momentum=momentum, clip_grad=clip_grad, decay_exclude=decay_exclude,
+                         **constant)
     if mixed_precision == "float16":
         optimizer = CrossReplicaLossScaleOptimizer(optimizer)
     return optimizer

@@ -13,6 +13,16 @@ import tensorflow as tf
 #: variable of at most one dimension (biases, BN and LayerNorm scales and offsets), the rule of MoCo v3's LARS, DINO's
 #: ``get_params_groups`` and solo-learn's ``exclude_bias_n_norm_wd``.
 WEIGHT_DECAY_EXCLUDE = ("none", "1d")
+#: --weight_decay_exclude's default: the optimizer's own rule (`decay_exclusion`).
+AUTO_EXCLUDE = "auto"
+
+
+def decay_exclusion(exclude: str, optimizer: str) -> str:
+    """The rule of :data:`WEIGHT_DECAY_EXCLUDE` a run applies: ``exclude``, or for ``auto`` the optimizer's own,
+    ``1d`` for ``lars`` (MoCo v3's LARS skips parameters of at most one dimension) and ``none`` for ``sgd`` and
+    ``adamw`` (the paper's reference and MoCo v3's AdamW decay every parameter). Any other value is returned as
+    it is: the optimizer refuses an unknown rule in one line."""
+    return ("1d" if optimizer == "lars" else "none") if exclude == AUTO_EXCLUDE else exclude
 
 
 def is_decayed(variable, exclude: str = "none") -> bool:

@@ -31,7 +31,8 @@ from augself_tf.runtime.strategy import CLUSTERS, compile_mode, is_chief, make_s
 from augself_tf.training.checkpoints import check_run_settings, recorded_derived
 from augself_tf.training.distributed_step import resolve_steps_per_execution
 from augself_tf.training.monitors import plan_monitors
-from augself_tf.training.train_config import TrainConfig
+from augself_tf.training.optimizer_parts import decay_exclusion
+from augself_tf.training.train_config import TrainConfig, resolve_patch_size
 
 
 @dataclasses.dataclass
@@ -40,7 +41,9 @@ class RunStart:
 
     Attributes:
       cfg: the run's settings, resolved: ``photometric`` (``auto`` made ``host`` or ``device``), ``model_dir``
-        (its default named), and the method options the run derived when it began (run.json's).
+        (its default named), a ViT's ``patch_size`` (0 made the image size's patch, `resolve_patch_size`),
+        ``weight_decay_exclude`` (``auto`` made the optimizer's rule), and the method options the run derived
+        when it began (run.json's).
       strategy: the run's `tf.distribute.Strategy`; ``chief``: whether this process writes the run's files.
       compile_mode: what ``--jit_compile`` compiles on these replicas (None: off).
       steps_per_execution: steps per call, ``cfg.steps_per_execution`` resolved for these replicas (its one
@@ -138,6 +141,8 @@ def prepare(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> 
     """
     started = time.perf_counter()
     log = run_log(cfg.verbose)
+    # The one resolution of --patch_size=0: the model, run.json and the log read the patch it gives.
+    cfg = resolve_patch_size(cfg)
     if cfg.deterministic:
         make_deterministic()
     if cfg.mixed_precision == "float16" and cfg.strategy == "tpu":
@@ -146,7 +151,8 @@ def prepare(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> 
     strategy = make_strategy(cfg.strategy, cfg.cpu_replicas, cfg.tpu)
     stop.reinstall()  # a multi-worker strategy's runtime takes SIGTERM over below Python: take it back
     cfg = dataclasses.replace(cfg, photometric=resolve_photometric(cfg.photometric),
-                              model_dir=cfg.resolved_model_dir())
+                              model_dir=cfg.resolved_model_dir(),
+                              weight_decay_exclude=decay_exclusion(cfg.weight_decay_exclude, cfg.optimizer))
     steps_per_execution = resolve_steps_per_execution(cfg.steps_per_execution, strategy, cfg.log_every)
     replicas = strategy.num_replicas_in_sync
     if cfg.batch_size % replicas:

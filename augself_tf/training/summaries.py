@@ -6,7 +6,6 @@ import tensorflow as tf
 
 from augself_tf.methods.model_config import augself_text
 from augself_tf.models.backbones import is_vit
-from augself_tf.models.vit import VIT_SIZES
 from augself_tf.objectives import enabled_objectives
 
 
@@ -48,11 +47,11 @@ def write_views(writer: tf.summary.SummaryWriter | None, batch: dict, step: int,
 _WHERE = {"host": "in the tf.data pipeline", "device": "batched in the training step, uint8 views"}
 
 
-def _backbone(model) -> str:
+def _backbone(model, image_size: int) -> str:
     """``resnet18 width 0.25``, or a ViT by its patch (its width is its name's)."""
     if not is_vit(model.backbone):
         return f"{model.backbone} width {model.width}"
-    return f"{model.backbone} patch {model.patch_size or VIT_SIZES[model.backbone].patch}"
+    return f"{model.backbone} patch {model.patch_for(image_size)}"
 
 
 def _decay(cfg) -> str:
@@ -82,9 +81,10 @@ def describe_run(
     if input_statistics is not None:
         mean, std = (",".join(f"{v:g}" for v in t) for t in input_statistics)
         norm = f"  input normalised with mean {mean}, std {std} (--input_mean, --input_std)\n"
+    backbone = _backbone(model, cfg.augment.image_size)
     return (
         f"Pretraining {model.method} + AugSelf[{aug}] (λ={model.augself_weight}){condition} on {cfg.dataset}:"
-        f"{cfg.split} ({num_examples} images), {_backbone(model)} at {cfg.augment.image_size} px\n"
+        f"{cfg.split} ({num_examples} images), {backbone} at {cfg.augment.image_size} px\n"
         f"  photometric augmentations: {photometric} ({_WHERE[photometric]})\n{norm}"
         f"  global batch {cfg.batch_size} on {replicas} replica(s), {steps_per_epoch} steps/epoch, "
         f"{total_steps} steps ({per_call} per call), lr {cfg.lr}×batch/256, {_decay(cfg)}\n"

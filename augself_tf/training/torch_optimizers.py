@@ -3,16 +3,19 @@
 - :class:`TorchAdamW` is `torch.optim.AdamW` (decoupled decay θ ← θ·(1 − lr·wd), then Adam with ε added to
   √v̂). Keras' own AdamW differs in ε: it adds ε to √v before the bias correction (the Adam paper's ε̂), which is
   torch's ε scaled by √(1 − β₂ᵗ), 32× larger at step 1, so it is not used.
-- :class:`LARS` is MoCo v3's ``moco/optimizer.py``: on every variable of more than one dimension the step is
-  g + wd·θ rescaled by the trust ratio 0.001·‖θ‖/‖g + wd·θ‖, then momentum in gradient units; variables of at
-  most one dimension (biases, norms) get neither decay nor the ratio.
+- :class:`LARS` is MoCo v3's ``moco/optimizer.py``: on every decayed variable the step is g + wd·θ rescaled by
+  the trust ratio 0.001·‖θ‖/‖g + wd·θ‖, then momentum in gradient units; a variable ``decay_exclude`` leaves out
+  gets neither decay nor the ratio, as MoCo v3's does for parameters of at most one dimension (biases, norms):
+  its rule is ``1d``, LARS's default (and --weight_decay_exclude's ``auto`` for LARS).
 
 Both add DINO's two extras: a weight-decay schedule (cosine from ``weight_decay`` to ``weight_decay_end`` over
 the run, per step, `utils.cosine_scheduler`; the value is a function of the step counter, so there is no state to
 checkpoint) and per-variable gradient clipping (`utils.clip_gradients`: each gradient scaled to norm at most
 ``clip_grad``). Both run in `update_step`, after the gradients were summed over replicas and unscaled, where
 DINO clips them (Keras' ``clipnorm`` clips the local, unreduced gradients of each replica). Both offer
-``gate_updates``, so the float16 loss-scaling wrapper (training/loss_scale.py) skips a step without a branch, and
+``gate_updates``, so the float16 loss-scaling wrapper (training/loss_scale.py) skips a step without a branch (the
+schedules still count it; AdamW's bias correction counts the applied steps only, as torch's ``step`` under
+GradScaler), and
 both leave ``held_variables`` out of the update for their first ``held_steps`` steps (DINO's last layer in its first
 epoch, ``cancel_gradients_last_layer``: torch skips a parameter without a gradient, so neither its decay nor its
 moments move, and AdamW counts that parameter's own steps for its bias correction from its first update).
@@ -175,14 +178,35 @@ class TorchAdamW(_TorchStyle):
         super().build(variables)
         self.exp_avgs = self.add_optimizer_variables(variables, "exp_avg")
         self.exp_avg_sqs = self.add_optimizer_variables(variables, "exp_avg_sq")
+        # torch's per-parameter ``step``: the steps applied, not `iterations` (which the schedules read), since a
+        # step the float16 loss scale skips counts in the schedule (torch's schedulers step per iteration) but
+        # not here (GradScaler skips ``optimizer.step()``). Aggregation NONE, as the step counter: each replica
+        # adds the same verdict to its own copy. ``held_applied``: the applied steps while the held variables
+        # were held, which their own count leaves out.
+        self.applied_steps = self.add_variable((), dtype="int", name="applied_steps")
+        self.held_applied_steps = self.add_variable((), dtype="int", name="held_applied_steps") \
+            if self.held.steps else None
+
+    def apply(self, grads: list, trainable_variables: list | None = None) -> None:
+        """Keras' `apply` (each variable's `update_step`, then ``iterations`` + 1), then the applied-step counts
+        + 1 unless the loss-scale gate skipped the step."""
+        super().apply(grads, trainable_variables)
+        if not len(grads):  # Keras' apply returned without a step
+            return
+        kept = tf.constant(True) if self._keep is None else tf.convert_to_tensor(self._keep)
+        self.applied_steps.assign_add(tf.cast(kept, self.applied_steps.dtype))
+        if self.held_applied_steps is not None:  # the step just counted (iterations − 1) was a held one
+            holding = tf.less_equal(self.iterations, self.held.steps)
+            self.held_applied_steps.assign_add(tf.cast(kept & holding, self.held_applied_steps.dtype))
 
     def update_step(self, gradient, variable, learning_rate) -> None:
         i, g, lr, wd = self._prepare(gradient, variable, learning_rate)
         dtype = variable.dtype
         held = self.held.now(i, self.iterations)
-        # torch's step after its increment, counted from the variable's first update (a held one's starts late)
-        t = tf.cast(self.iterations + 1 - (self.held.steps if held is not None else 0), dtype)
-        t = tf.maximum(t, 1.0)  # a held variable's value is not written while t would be below 1
+        # torch's step after its increment: the steps applied, counted from the variable's first update (a held
+        # one's starts after its hold)
+        t = self.applied_steps + 1 - (self.held_applied_steps if held is not None else 0)
+        t = tf.maximum(tf.cast(t, dtype), 1.0)  # a held variable's value is not written while t would be below 1
         b1, b2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
         theta = variable * (1.0 - lr * wd)
         m = b1 * self.exp_avgs[i] + (1.0 - b1) * g
@@ -198,10 +222,10 @@ class TorchAdamW(_TorchStyle):
 
 
 class LARS(_TorchStyle):
-    """MoCo v3's LARS (``moco/optimizer.py``): on variables of more than one dimension
-    dp = (g + wd·θ)·q, q = trust·‖θ‖/‖g + wd·θ‖ (1 where either norm is 0); elsewhere dp = g; then
-    μ ← momentum·μ + dp; θ ← θ − lr·μ. Its own rule decides decay (more than one dimension), whatever
-    ``decay_exclude`` says."""
+    """MoCo v3's LARS (``moco/optimizer.py``): on the decayed variables dp = (g + wd·θ)·q,
+    q = trust·‖θ‖/‖g + wd·θ‖ (1 where either norm is 0); on those ``decay_exclude`` leaves out dp = g (neither
+    decay nor the ratio); then μ ← momentum·μ + dp; θ ← θ − lr·μ. ``decay_exclude`` ``1d`` (the default) is MoCo
+    v3's rule, which leaves out every parameter of at most one dimension; ``none`` decays and adapts them all."""
 
     def __init__(
         self,
@@ -212,13 +236,14 @@ class LARS(_TorchStyle):
         momentum: float = 0.9,
         trust_coefficient: float = 0.001,
         clip_grad: float = 0.0,
+        decay_exclude: str = "1d",
         constant_lr: float | None = None,
         constant_lr_variables: Iterable[tf.Variable] = (),
         name: str = "lars",
         **kwargs,
     ) -> None:
-        super().__init__(learning_rate, weight_decay, weight_decay_end, total_steps, clip_grad, "1d", constant_lr,
-                         constant_lr_variables, name, **kwargs)
+        super().__init__(learning_rate, weight_decay, weight_decay_end, total_steps, clip_grad, decay_exclude,
+                         constant_lr, constant_lr_variables, name, **kwargs)
         self.momentum, self.trust_coefficient = float(momentum), float(trust_coefficient)
 
     def build(self, variables: list) -> None:
@@ -229,7 +254,7 @@ class LARS(_TorchStyle):
 
     def update_step(self, gradient, variable, learning_rate) -> None:
         i, g, lr, wd = self._prepare(gradient, variable, learning_rate)
-        if self._is_decayed[i]:  # more than one dimension: decay and the trust ratio
+        if self._is_decayed[i]:  # decay and the trust ratio; an excluded variable gets neither (MoCo v3's)
             g = g + wd * variable
             param_norm, update_norm = tf.norm(variable), tf.norm(g)
             ratio = self.trust_coefficient * param_norm / tf.where(update_norm > 0, update_norm, 1.0)
@@ -240,6 +265,4 @@ class LARS(_TorchStyle):
         self._write(variable, variable - lr * mu, held)
 
     def get_config(self) -> dict:
-        config = {**super().get_config(), "momentum": self.momentum, "trust_coefficient": self.trust_coefficient}
-        del config["decay_exclude"]  # LARS's own rule
-        return config
+        return {**super().get_config(), "momentum": self.momentum, "trust_coefficient": self.trust_coefficient}

@@ -28,10 +28,13 @@ from augself_tf.flag_fields import (
 )
 from augself_tf.methods import define_method_flags, method_options_from_flags
 from augself_tf.methods.model_config import ModelConfig
+from augself_tf.models.backbones import is_vit
+from augself_tf.models.vit import default_patch_size
 from augself_tf.objectives import define_objective_flags, objective_options_from_flags
 from augself_tf.runtime.strategy import STRATEGIES
 from augself_tf.training.knn import DEFAULT_K, DEFAULT_TEMPERATURE
 from augself_tf.training.optim import OPTIMIZERS, WEIGHT_DECAY_EXCLUDE
+from augself_tf.training.optimizer_parts import AUTO_EXCLUDE
 
 #: --steps_per_execution's default: chosen per device when the strategy is known (resolve_steps_per_execution).
 AUTO_STEPS = "auto"
@@ -88,10 +91,12 @@ class TrainConfig:
                                                   "constant.", minimum=0)
     clip_grad: float = option(0.0, "adamw/lars: clip each variable's gradient to this norm, after the replicas' sum "
                                    "(DINO's clip_gradients: 3.0); 0: off.", minimum=0)
-    weight_decay_exclude: str = option("none", "Variables the weight decay skips: 'none' (every variable, as the "
-                                               "paper's reference) or '1d' (biases and BN scales and offsets: "
-                                               "every variable of at most one dimension, as MoCo v3, DINO and "
-                                               "solo-learn).", choices=WEIGHT_DECAY_EXCLUDE)
+    weight_decay_exclude: str = option(AUTO_EXCLUDE, "Variables the weight decay (and LARS's trust ratio) skips: "
+                                                     "'none' (every variable, as the paper's reference), '1d' "
+                                                     "(biases and BN scales and offsets: every variable of at most "
+                                                     "one dimension, as MoCo v3, DINO and solo-learn) or 'auto' (the "
+                                                     "optimizer's own: 1d with lars, MoCo v3's; none with sgd and "
+                                                     "adamw).", choices=(AUTO_EXCLUDE, *WEIGHT_DECAY_EXCLUDE))
     warmup_epochs: float = option(0.0, "Epochs of linear learning-rate warm-up from 0 before the cosine decay, set "
                                        "per step (0: the paper's plain cosine).", minimum=0)
     seed: int = option(0, "Seed of initialisation, shuffling and every augmentation.")
@@ -207,6 +212,34 @@ def config_from_flags(flag_values: Any) -> TrainConfig:
         raise ValueError(f"--image_size must be at most {MAX_IMAGE_SIZE} pixels (the paper uses 96 and 224), "
                          f"got {augment.image_size}")
     return TrainConfig(**values, model=model, augment=augment)
+
+
+def resolve_patch_size(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with a ViT's ``--patch_size=0`` made the patch its image size takes (`ModelConfig.patch_for`:
+    the backbone's own at 224 px, smaller at small sizes), so that the model, the check of the views below,
+    run.json and the run's log read one number; a ResNet's config or a given patch is returned as it is.
+
+    Raises:
+      ValueError: one line, a view of the run's plan (DINO's local crops, E-SSL's extra crop, the image
+        itself) smaller than the patch, naming both sizes and the fix.
+    """
+    model = cfg.model
+    if not is_vit(model.backbone):
+        return cfg
+    patch = model.patch_for(cfg.augment.image_size)
+    plan = model.views()
+    side = min(spec.config_for(cfg.augment).image_size for spec in plan.views)
+    if side < patch:
+        size = cfg.augment.image_size
+        given = f"--patch_size={patch}" if model.patch_size else f"the {patch}-pixel patch --patch_size=0 gives"
+        view = "image" if side == size else "crops (DINO's --local_crop_size, E-SSL's --essl_crop_size)"
+        auto = default_patch_size(model.backbone, size)
+        raise ValueError(f"{given} at --image_size={size} is larger than the run's {side}-pixel {view}: every "
+                         f"view must hold at least one patch; choose --patch_size={side} or less (0: {auto} at "
+                         f"this image size) or larger {'--image_size' if side == size else 'crops'}")
+    if patch == model.patch_size:
+        return cfg
+    return dataclasses.replace(cfg, model=dataclasses.replace(model, patch_size=patch))
 
 
 def flag_values_of(cfg: TrainConfig) -> dict[str, Any]:
