@@ -11,6 +11,8 @@ GPU, so the jitter's choice (``ops.resolve_jitter_method``) reads the same devic
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -28,8 +30,10 @@ pytestmark = pytest.mark.usefixtures("production_graph_optimizer")
 OPTIONS = {"moco": {"queue_size": 8}}
 
 
+@functools.cache
 def _device_batch_spec() -> dict:
-    """The structure of a `--photometric=device` batch: uint8 views, ω and the device stage's draws."""
+    """The structure of a `--photometric=device` batch: uint8 views, ω and the device stage's draws. Its specs, not
+    its values: built once per process (a device-mode dataset costs 1.1-2.9 CPU s; the file's steps trace 6)."""
     ds = make_pair_dataset(load_source("shapes", "test"), AugmentConfig(image_size=SIZE), seed=0, batch_size=4,
                            num_epochs=1, photometric="device")
     batch = next(iter(ds))
