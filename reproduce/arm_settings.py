@@ -151,14 +151,19 @@ class Arm:
         return "+".join(parts) or "base"
 
     @property
+    def data_label(self) -> str:
+        """The data, and for a ViT its backbone (``tiny``, ``tiny-vit_pico``): what the name and the step setting
+        start with."""
+        return f"{self.data}-{self.budget.backbone}" if self.budget.is_vit else self.data
+
+    @property
     def name(self) -> str:
         """Readable name, what ``--arms`` globs match: ``tiny-simsiam-augself-s0``; a ViT's names its backbone
         (``tiny-vit_pico-mocov3-base-s0``); a floor's has no method, and its tag when it has one
         (``tiny-never_trained-s0``, ``tiny-vit_pico-never_trained+sincos-s0``)."""
-        data = f"{self.data}-{self.budget.backbone}" if self.budget.is_vit else self.data
         if self.budget.never_trained:
-            return f"{data}-{NEVER_TRAINED}{'+' + self.tag if self.tag else ''}-s{self.seed}"
-        return f"{data}-{self.method}-{self.variant}-s{self.seed}"
+            return f"{self.data_label}-{NEVER_TRAINED}{'+' + self.tag if self.tag else ''}-s{self.seed}"
+        return f"{self.data_label}-{self.method}-{self.variant}-s{self.seed}"
 
     def settings(self) -> dict:
         """Everything that decides the arm's numbers, as plain JSON (what the id hashes)."""
@@ -207,8 +212,7 @@ class Arm:
 def step_setting(arm: Arm) -> str:
     """What decides a training step's cost, by name: ``tiny-looc-color_rotation`` (the arm's name without its
     seed). ``--time_steps`` times one arm per step setting, and the LooC table reads its rows' times by it."""
-    data = f"{arm.data}-{arm.budget.backbone}" if arm.budget.is_vit else arm.data
-    return f"{data}-{arm.method}-{arm.variant}"
+    return f"{arm.data_label}-{arm.method}-{arm.variant}"
 
 
 def settings_hash(settings: dict) -> str:
