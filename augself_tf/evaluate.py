@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from collections.abc import Callable
 
 from absl import flags, logging
 
@@ -31,8 +32,12 @@ from augself_tf.startup import import_tensorflow_quietly, run_program
 
 import_tensorflow_quietly()  # before anything imports TensorFlow: its start-up notices, once each at most
 
-from augself_tf.evaluation.context import EvalSettings, ProbeOptions  # noqa: E402
-from augself_tf.evaluation.protocols import PROTOCOLS, all_protocols  # noqa: E402
+from augself_tf.evaluation import report  # noqa: E402
+from augself_tf.evaluation.context import EvalContext, EvalSettings, ProbeOptions, log_stderr  # noqa: E402
+from augself_tf.evaluation.datasets import DataAccess  # noqa: E402
+from augself_tf.evaluation.estimators.errors import EvalError  # noqa: E402
+from augself_tf.evaluation.loading import DEFAULT_SIGNATURE, LoadedModel, load_model  # noqa: E402
+from augself_tf.evaluation.protocols import PROTOCOLS, all_protocols, run_protocol, unfit_reason  # noqa: E402
 from augself_tf.flag_fields import define_flags, option, options_from_flags, values_from_flags  # noqa: E402
 
 PROTOCOL_CHOICES = (*PROTOCOLS, "all")
@@ -141,15 +146,82 @@ def log_target(log_to: str, saved_model: str) -> str:
     return log_to
 
 
-def run(argv_models: list[str], protocols: list[str], explicit: bool) -> int:
-    """Evaluate; returns the exit status."""
-    from augself_tf.evaluation import report
-    from augself_tf.evaluation.context import EvalContext, log_stderr
-    from augself_tf.evaluation.datasets import DataAccess
-    from augself_tf.evaluation.estimators.errors import EvalError
-    from augself_tf.evaluation.loading import DEFAULT_SIGNATURE, load_model
-    from augself_tf.evaluation.protocols import run_protocol, unfit_reason
+def main(argv: list[str]) -> int:
+    """absl entry point: the command line checked (bad input: one error line, exit status 2), then :func:`run`."""
+    paths = check_command_line(argv)
+    if not FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)  # tf.distribute's INFO lines would bury the progress lines
+    if FLAGS.deterministic:
+        from augself_tf.runtime.determinism import restart_without_onednn
 
+        restart_without_onednn()
+    protocols = parse_protocols(FLAGS.protocol)
+    explicit = "all" not in [p.strip() for p in FLAGS.protocol.split(",")]
+    try:
+        return run(paths, protocols, explicit)
+    except EvalError as e:
+        fail(str(e))
+    return 0
+
+
+def run(argv_models: list[str], protocols: list[str], explicit: bool) -> int:
+    """Evaluate every SavedModel of ``argv_models`` with ``protocols`` (``explicit``: named on the command line, so
+    none is skipped as unfit for the dataset); returns the exit status.
+
+    Raises:
+      EvalError: bad input found on the way (an unusable SavedModel or signature, a dataset unfit for a protocol
+        that was named, a flag value that does not parse).
+    """
+    plan = prepare(argv_models, protocols, explicit)  # output, settings, each protocol's options, the devices
+    models = load_models(plan)  # every SavedModel before anything runs, one distinct column name each
+    records = run_protocols(plan, models)  # each protocol (fit for the dataset) on each model, saved as it goes
+    write_report(plan, models, records)  # the results JSON, TensorBoard if asked, the markdown table
+    return 0
+
+
+def check_command_line(argv: list[str]) -> list[str]:
+    """The SavedModel paths of --saved_model, after the checks that need no model loaded: no stray arguments, every
+    path there, --log_to's run directory, the settings' minimums. Each failure ends the program (:func:`fail`)."""
+    if len(argv) > 1:
+        fail(f"unexpected arguments: {' '.join(argv[1:])}")
+    if not FLAGS.saved_model:
+        fail("--saved_model is required")
+    paths = [p.strip() for p in FLAGS.saved_model.split(",") if p.strip()]
+    if not paths:
+        fail("--saved_model is empty")
+    for path in paths:  # before any model loads: the common mistake fails fast and quietly
+        if not os.path.exists(path):
+            fail(f"SavedModel not found: {path}")
+    if FLAGS.log_to and FLAGS.log_to != "auto":
+        if len(paths) > 1:
+            fail(f"--log_to={FLAGS.log_to} names one run but {len(paths)} SavedModels were given; "
+                 "use --log_to=auto to log each to its own run")
+        if not os.path.isdir(FLAGS.log_to):
+            fail(f"--log_to: run directory not found: {FLAGS.log_to}")
+    try:  # the minimums the fields declare: a non-positive --image_size, --batch_size or --cpu_replicas
+        eval_settings_from_flags(FLAGS)
+        options_from_flags("", EvalCommand, FLAGS)
+    except ValueError as e:
+        fail(str(e))
+    return paths
+
+
+@dataclasses.dataclass
+class EvalPlan:
+    """One evaluation resolved from the flags: what runs, with which settings, and where its results go."""
+
+    paths: list[str]  # the SavedModels, in --saved_model's order
+    protocols: list[str]
+    explicit: bool  # the protocols were named: none is skipped as unfit for the dataset
+    output: str  # the results JSON
+    settings: EvalSettings
+    options: dict  # protocol name -> its options
+    log: Callable[[str], None] | None  # progress on stderr (None: --quiet)
+
+
+def prepare(argv_models: list[str], protocols: list[str], explicit: bool) -> EvalPlan:
+    """The plan of the run, and TensorFlow set up for it before it runs an op: op determinism, and for fine-tuning
+    its distribution strategy (which splits the CPU first)."""
     output = FLAGS.output or default_output(argv_models[0])
     # Options of the protocols that run only: a bad value of another protocol's flag does not matter.
     try:
@@ -171,79 +243,56 @@ def run(argv_models: list[str], protocols: list[str], explicit: bool) -> int:
     if "finetune" in protocols and FLAGS.signature != DEFAULT_SIGNATURE:
         raise EvalError(f"--protocol=finetune trains the backbone ({DEFAULT_SIGNATURE}); --signature="
                         f"{FLAGS.signature} is for the frozen-feature protocols")
-    models = [load_model(p, FLAGS.signature) for p in argv_models]  # fail fast on every bad path
+    return EvalPlan(argv_models, protocols, explicit, output, settings, options, log)
+
+
+def load_models(plan: EvalPlan) -> list[LoadedModel]:
+    """Every SavedModel of the plan loaded (the first bad path fails before anything runs), each named by a distinct
+    column: a name two models share gets ``#<position>``."""
+    models = [load_model(p, FLAGS.signature) for p in plan.paths]
     names = [m.name for m in models]
-    for i, m in enumerate(models):  # distinct column names
+    for i, m in enumerate(models):
         if names.count(m.name) > 1:
             m.name = f"{m.name}#{i + 1}"
-    context = EvalContext(settings, DataAccess(FLAGS.data_dir), log=log)
+    return models
+
+
+def run_protocols(plan: EvalPlan, models: list[LoadedModel]) -> list[dict]:
+    """Each protocol on each model, in the plan's order: the records, saved to the plan's output after each (a later
+    failure keeps the results so far). Under ``--protocol all`` a protocol unfit for the dataset is skipped."""
+    context = EvalContext(plan.settings, DataAccess(FLAGS.data_dir), log=plan.log)
     records: list[dict] = []
-    for protocol in protocols:
-        if not explicit:
+    for protocol in plan.protocols:
+        if not plan.explicit:
             reason = unfit_reason(context, protocol, FLAGS.dataset)
             if reason:
-                if log:
-                    log(f"[eval] skipping {protocol}: {reason}")
+                if plan.log:
+                    plan.log(f"[eval] skipping {protocol}: {reason}")
                 continue
         for model in models:
-            records.extend(run_protocol(context, model, protocol, FLAGS.dataset, options[protocol]))
-            report.save_records(records, output)  # keep partial results if a later step fails
-    report.save_records(records, output)
+            records.extend(run_protocol(context, model, protocol, FLAGS.dataset, plan.options[protocol]))
+            report.save_records(records, plan.output)  # keep partial results if a later step fails
+    return records
+
+
+def write_report(plan: EvalPlan, models: list[LoadedModel], records: list[dict]) -> None:
+    """The records saved (merged into the results JSON), logged to each model's TensorBoard run with --log_to, and
+    their markdown table written beside the JSON (``.md``) and printed."""
+    report.save_records(records, plan.output)
     if FLAGS.log_to:
         from augself_tf.runtime.tensorboard import log_eval_records
 
-        for model, path in zip(models, argv_models, strict=True):
+        for model, path in zip(models, plan.paths, strict=True):
             run_dir = log_target(FLAGS.log_to, path)
             logged = log_eval_records(run_dir, [r for r in records if r["model"] == model.name])
-            if log:
-                log(f"[eval] {model.name}: results logged to TensorBoard in {logged}")
+            if plan.log:
+                plan.log(f"[eval] {model.name}: results logged to TensorBoard in {logged}")
     table = report.markdown_table(records)
-    with open(os.path.splitext(output)[0] + ".md", "w") as f:
+    with open(os.path.splitext(plan.output)[0] + ".md", "w") as f:
         f.write(table + "\n")
     print(table)
-    if log:
-        log(f"[eval] wrote {output}")
-    return 0
-
-
-def main(argv: list[str]) -> int:
-    """absl entry point."""
-    if len(argv) > 1:
-        fail(f"unexpected arguments: {' '.join(argv[1:])}")
-    if not FLAGS.saved_model:
-        fail("--saved_model is required")
-    models = [p.strip() for p in FLAGS.saved_model.split(",") if p.strip()]
-    if not models:
-        fail("--saved_model is empty")
-    for path in models:  # before any model loads: the common mistake fails fast and quietly
-        if not os.path.exists(path):
-            fail(f"SavedModel not found: {path}")
-    if FLAGS.log_to and FLAGS.log_to != "auto":
-        if len(models) > 1:
-            fail(f"--log_to={FLAGS.log_to} names one run but {len(models)} SavedModels were given; "
-                 "use --log_to=auto to log each to its own run")
-        if not os.path.isdir(FLAGS.log_to):
-            fail(f"--log_to: run directory not found: {FLAGS.log_to}")
-    try:  # the minimums the fields declare: a non-positive --image_size, --batch_size or --cpu_replicas
-        eval_settings_from_flags(FLAGS)
-        options_from_flags("", EvalCommand, FLAGS)
-    except ValueError as e:
-        fail(str(e))
-    if not FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)  # tf.distribute's INFO lines would bury the progress lines
-    if FLAGS.deterministic:
-        from augself_tf.runtime.determinism import restart_without_onednn
-
-        restart_without_onednn()
-    protocols = parse_protocols(FLAGS.protocol)
-    explicit = "all" not in [p.strip() for p in FLAGS.protocol.split(",")]
-    from augself_tf.evaluation.estimators.errors import EvalError
-
-    try:
-        return run(models, protocols, explicit)
-    except EvalError as e:
-        fail(str(e))
-    return 0
+    if plan.log:
+        plan.log(f"[eval] wrote {plan.output}")
 
 
 def cli() -> None:

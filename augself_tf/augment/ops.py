@@ -12,44 +12,15 @@ from collections.abc import Iterator
 
 import tensorflow as tf
 
+# The one image -> float32 RGB [0, 1] conversion, shared with the evaluation view; named here with the other ops.
+from augself_tf.image_preprocess import to_float_rgb as to_float_rgb
+
 # ITU-R 601-2 luma, as PIL's convert("L") (what the reference code's PIL-based transforms use).
 # torchvision's tensor path uses 0.2989 for red; the difference is < 1e-4 per pixel.
 GRAY_WEIGHTS = (0.299, 0.587, 0.114)
 
 # Index of each colour-jitter adjustment in ``factors`` / ``order`` of ``color_jitter``.
 BRIGHTNESS, CONTRAST, SATURATION, HUE = 0, 1, 2, 3
-
-
-def to_float_rgb(image: tf.Tensor) -> tf.Tensor:
-    """Converts an image to float32 RGB in [0, 1].
-
-    Args:
-      image: [H, W] or [H, W, C] with C in {1, 2, 3, 4} (may be dynamic); any integer dtype (scaled by
-        its max, e.g. uint8 / 255) or a float dtype assumed to lie in [0, 1] (clipped).
-    Returns:
-      float32 [H, W, 3]: 1 (or 2 = gray+alpha) channels are replicated, a 4th (alpha) channel is dropped.
-    """
-    image = tf.convert_to_tensor(image)
-    if image.shape.rank == 2:
-        image = image[..., tf.newaxis]
-    if image.shape.rank is not None and image.shape.rank != 3:
-        raise ValueError(f"expected an image of rank 2 or 3, got shape {image.shape}")
-    if image.dtype.is_floating:
-        image = tf.clip_by_value(tf.cast(image, tf.float32), 0.0, 1.0)
-    else:
-        image = tf.image.convert_image_dtype(image, tf.float32)
-
-    channels = image.shape[-1]
-    if channels is not None:
-        if channels not in (1, 2, 3, 4):
-            raise ValueError(f"expected 1, 2, 3 or 4 channels, got {channels}")
-        return tf.tile(image[..., :1], [1, 1, 3]) if channels < 3 else image[..., :3]
-    rgb = tf.cond(
-        tf.shape(image)[-1] < 3,
-        lambda: tf.tile(image[..., :1], [1, 1, 3]),
-        lambda: image[..., :3],
-    )
-    return tf.ensure_shape(rgb, [None, None, 3])
 
 
 def crop_and_resize(image: tf.Tensor, offset: tf.Tensor, size: tf.Tensor, out_size: int) -> tf.Tensor:

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from augself_tf.image_preprocess import center_crop_geometry, preprocess, to_float_rgb_over_255
+from augself_tf.image_preprocess import center_crop_geometry, preprocess, to_float_rgb
 
-__all__ = ["CHANNEL_PERMUTATIONS", "bbox_to_crop_frame", "center_crop_geometry", "preprocess",
-           "to_float_rgb_over_255"]
+__all__ = ["CHANNEL_PERMUTATIONS", "bbox_to_crop_frame", "center_crop_geometry", "preprocess", "to_float_rgb"]
 
 
 def bbox_to_crop_frame(bbox: tf.Tensor, height: tf.Tensor, width: tf.Tensor, size: int) -> tf.Tensor:
