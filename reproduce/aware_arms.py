@@ -22,7 +22,7 @@ SUITE = "aware"
 CONDITION_KINDS = ("concat", "add", "mul", "hypernet")
 CASSLE_SET = arm_settings.DEFAULT_SET  # the descriptors CASSLE's projector reads: AugSelf's ω, for a like comparison
 # Each family member's switch and the weight of its paper's headline setting (E-SSL: 0.4 on ImageNet; STL's and
-# EquiMod's: 1). What each flag does: docs/experiments.md ("The augmentation-aware family").
+# EquiMod's: 1). What each flag does: docs/experiments.md (its EquiMod, STL and E-SSL sections).
 OBJECTIVE_FLAGS = {"equimod": ("equimod_weight", "1"), "essl": ("essl_weight", "0.4"), "stl": ("stl_weight", "1")}
 SEEDS = (0, 1, 2)
 # The table's columns, (call, protocol), all top-1 or accuracy %: the LooC table's evaluations in one row. The pilot's
@@ -30,8 +30,8 @@ SEEDS = (0, 1, 2)
 TABLE_COLUMNS = (("in_domain", "linear"), ("in_domain", "colorperm"), ("in_domain", "rotation"),
                  ("flowers", "linear"), ("flowers", "lowshot_5shot"), ("flowers", "lowshot_10shot"),
                  ("cifar10", "linear"))
-# N, the images per source image a step's backbone sees, by each objective's design (docs/experiments.md, "The
-# augmentation-aware family"): EquiMod adds the unaugmented view x0; E-SSL one small extra crop in its four
+# N, the images per source image a step's backbone sees, by each objective's design (docs/experiments.md, its
+# EquiMod, STL and E-SSL sections): EquiMod adds the unaugmented view x0; E-SSL one small extra crop in its four
 # rotations; STL pairs images that share a transformation, not extra views of one image.
 VIEWS_PER_IMAGE = {"equimod": "3", "essl": "2 + 4 small", "stl": "2"}
 
