@@ -26,9 +26,9 @@ from augself_tf.training.checkpoints import check_run_settings, make_checkpoint,
 from augself_tf.training.health import NonFiniteLossError
 from augself_tf.training.optim import build_optimizer
 from augself_tf.training.run_exports import export_run
-from augself_tf.training.run_start import RunStart, check_model_dir, prepare, resolve_photometric
+from augself_tf.training.run_start import RunStart, check_model_dir, prepare
 from augself_tf.training.step_loop import Restored, StepLoop
-from augself_tf.training.train_config import TrainConfig
+from augself_tf.training.train_config import TrainConfig, resolve_photometric
 
 __all__ = ["NonFiniteLossError", "TrainConfig", "TrainResult", "build_and_restore", "build_model", "check_model_dir",
            "distributed_pairs", "finish", "pair_source", "resolve_photometric", "train"]

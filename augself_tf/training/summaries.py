@@ -64,12 +64,11 @@ def _decay(cfg) -> str:
 
 
 def describe_run(
-    cfg, replicas: int, num_examples: int, steps_per_epoch: int, total_steps: int, photometric: str = "host",
-    input_statistics: tuple[tuple[float, ...], tuple[float, ...]] | None = None, steps_per_execution: int | None = None,
+    cfg, replicas: int, num_examples: int, steps_per_epoch: int, total_steps: int,
+    input_statistics: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
 ) -> str:
-    """One paragraph a user reads before a long run starts (``steps_per_execution``: the resolved steps per call;
-    None: the config's)."""
-    per_call = steps_per_execution or cfg.steps_per_execution
+    """One paragraph a user reads before a long run starts, from its resolved settings (``cfg.photometric``,
+    ``cfg.steps_per_execution``: `augself_tf.training.train_config.resolve_for_devices`)."""
     model = cfg.model
     aug = augself_text(model.augself) if model.augself else "off"
     condition = (f" + conditioned projector[{','.join(model.condition)}] (MLP {model.condition_depth}×"
@@ -85,8 +84,8 @@ def describe_run(
     return (
         f"Pretraining {model.method} + AugSelf[{aug}] (λ={model.augself_weight}){condition} on {cfg.dataset}:"
         f"{cfg.split} ({num_examples} images), {backbone} at {cfg.augment.image_size} px\n"
-        f"  photometric augmentations: {photometric} ({_WHERE[photometric]})\n{norm}"
+        f"  photometric augmentations: {cfg.photometric} ({_WHERE[cfg.photometric]})\n{norm}"
         f"  global batch {cfg.batch_size} on {replicas} replica(s), {steps_per_epoch} steps/epoch, "
-        f"{total_steps} steps ({per_call} per call), lr {cfg.lr}×batch/256, {_decay(cfg)}\n"
+        f"{total_steps} steps ({cfg.steps_per_execution} per call), lr {cfg.lr}×batch/256, {_decay(cfg)}\n"
         f"  model_dir {cfg.model_dir}"
     )
