@@ -47,13 +47,6 @@ def write_views(writer: tf.summary.SummaryWriter | None, batch: dict, step: int,
 _WHERE = {"host": "in the tf.data pipeline", "device": "batched in the training step, uint8 views"}
 
 
-def _backbone(model, image_size: int) -> str:
-    """``resnet18 width 0.25``, or a ViT by its patch (its width is its name's)."""
-    if not is_vit(model.backbone):
-        return f"{model.backbone} width {model.width}"
-    return f"{model.backbone} patch {model.patch_for(image_size)}"
-
-
 def _decay(cfg) -> str:
     """The optimizer and its weight decay, as the run applies them."""
     if cfg.optimizer == "sgd":
@@ -67,8 +60,8 @@ def describe_run(
     cfg, replicas: int, num_examples: int, steps_per_epoch: int, total_steps: int,
     input_statistics: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
 ) -> str:
-    """One paragraph a user reads before a long run starts, from its resolved settings (``cfg.photometric``,
-    ``cfg.steps_per_execution``: `augself_tf.training.train_config.resolve_for_devices`)."""
+    """One paragraph a user reads before a long run starts, from its resolved settings (a ViT's ``patch_size``,
+    ``photometric``, ``steps_per_execution``: `augself_tf.training.run_start.prepare`)."""
     model = cfg.model
     aug = augself_text(model.augself) if model.augself else "off"
     condition = (f" + conditioned projector[{','.join(model.condition)}] (MLP {model.condition_depth}×"
@@ -80,7 +73,9 @@ def describe_run(
     if input_statistics is not None:
         mean, std = (",".join(f"{v:g}" for v in t) for t in input_statistics)
         norm = f"  input normalised with mean {mean}, std {std} (--input_mean, --input_std)\n"
-    backbone = _backbone(model, cfg.augment.image_size)
+    # A ViT by its patch (resolved when the run started; its width is its name's), a ResNet by its width.
+    backbone = (f"{model.backbone} patch {model.patch_size}" if is_vit(model.backbone)
+                else f"{model.backbone} width {model.width}")
     return (
         f"Pretraining {model.method} + AugSelf[{aug}] (λ={model.augself_weight}){condition} on {cfg.dataset}:"
         f"{cfg.split} ({num_examples} images), {backbone} at {cfg.augment.image_size} px\n"
