@@ -28,10 +28,10 @@ from augself_tf.training.optim import build_optimizer
 from augself_tf.training.run_exports import export_run
 from augself_tf.training.run_start import RunStart, check_model_dir, prepare
 from augself_tf.training.step_loop import Restored, StepLoop
-from augself_tf.training.train_config import TrainConfig, resolve_photometric
+from augself_tf.training.train_config import TrainConfig
 
 __all__ = ["NonFiniteLossError", "TrainConfig", "TrainResult", "build_and_restore", "build_model", "check_model_dir",
-           "distributed_pairs", "finish", "pair_source", "resolve_photometric", "train"]
+           "distributed_pairs", "finish", "pair_source", "train"]
 
 
 @dataclasses.dataclass
@@ -51,7 +51,8 @@ class TrainResult:
 def distributed_pairs(
     strategy: tf.distribute.Strategy, cfg: TrainConfig, steps_per_epoch: int, step: int = 0
 ) -> tf.distribute.DistributedDataset:
-    """The pair stream from global step ``step`` on, as per-replica batches of ``batch_size / replicas``.
+    """The pair stream from global step ``step`` on, as per-replica batches of ``batch_size / replicas``, of the
+    run's settings as `prepare` resolved them (``cfg.photometric`` ``host`` or ``device``).
 
     Each worker runs one input pipeline that feeds its R local replicas in turn, so one global step takes
     R consecutive per-replica batches from it. Every epoch is cut to exactly ``steps_per_epoch · R`` of
@@ -74,7 +75,7 @@ def distributed_pairs(
             shuffle_buffer=cfg.shuffle_buffer,
             shard=(ctx.input_pipeline_id, ctx.num_input_pipelines),
             cache=cache,
-            photometric=resolve_photometric(cfg.photometric),
+            photometric=cfg.photometric,
             views=views,
         )
 
