@@ -14,10 +14,9 @@ from typing import Any
 import tensorflow as tf
 
 from augself_tf.data.pretrain import make_pair_dataset
-from augself_tf.data.sources import source_info
+from augself_tf.data.sources import pair_source, source_info
 from augself_tf.methods import AugSelfModel, PretrainData
 from augself_tf.training.loop import build_model as _build_model
-from augself_tf.training.loop import pair_source
 from augself_tf.training.train_config import TrainConfig
 
 __all__ = ["build_model", "evaluate_backbone", "pair_dataset"]
@@ -86,6 +85,6 @@ def pair_dataset(cfg: TrainConfig, *, seed: int | None = None, batch_size: int |
     each element a dict of ``view1``, ``view2``, their ω ``omega1``, ``omega2``, and ``label``, augmented on the
     host (``make_pair_dataset`` over ``cfg``'s data source, held in memory when the loop would hold it)."""
     cache = cfg.cache_source if cfg.cache_source is not None else cfg.dataset == "shapes"
-    return make_pair_dataset(pair_source(cfg, cache), cfg.augment, seed=cfg.seed if seed is None else seed,
-                             batch_size=batch_size or cfg.batch_size, cache=cache,
-                             shuffle_buffer=cfg.shuffle_buffer)
+    source = pair_source(cfg.dataset, cfg.split, data_dir=cfg.data_dir, cache=cache)
+    return make_pair_dataset(source, cfg.augment, seed=cfg.seed if seed is None else seed,
+                             batch_size=batch_size or cfg.batch_size, cache=cache, shuffle_buffer=cfg.shuffle_buffer)

@@ -18,11 +18,11 @@ from helpers import batch, compile_model, half, make_model, replica_values, run_
 from augself_tf.augment import AugmentConfig, ops
 from augself_tf.augment.views import ViewPlan
 from augself_tf.data.pretrain import make_pair_dataset
-from augself_tf.data.sources import source_info
+from augself_tf.data.sources import pair_source, source_info
 from augself_tf.methods import METHODS
 from augself_tf.runtime.strategy import CLUSTERS, REPLICA_FUNCTION, compile_clusters, compile_mode
 from augself_tf.training.distributed_step import DistributedSteps
-from augself_tf.training.loop import pair_source, train
+from augself_tf.training.loop import train
 
 # What the accelerator path runs, graph optimization included (tests/conftest.py turns it off elsewhere).
 pytestmark = pytest.mark.usefixtures("production_graph_optimizer")
@@ -84,8 +84,9 @@ def _device_stage_batch_of(plan: ViewPlan) -> dict:
     """The batch a plan's views give: the pipeline reads the method only through them, so methods of one plan
     share it (building the pipeline costs 1.6-3.4 CPU s)."""
     cfg = tiny_run("unused", batch_size=4, augment=AugmentConfig(image_size=16))
-    data = make_pair_dataset(pair_source(cfg, True), cfg.augment, seed=1, batch_size=4, batches_per_epoch=1,
-                             shuffle_buffer=16, cache=True, photometric="device", views=plan)
+    source = pair_source(cfg.dataset, cfg.split, data_dir=cfg.data_dir, cache=True)
+    data = make_pair_dataset(source, cfg.augment, seed=1, batch_size=4, batches_per_epoch=1, shuffle_buffer=16,
+                             cache=True, photometric="device", views=plan)
     return next(iter(data))
 
 

@@ -17,6 +17,7 @@ from augself_tf.data import folder, pretrain, tfds_source
 from augself_tf.data.pretrain import make_pair_dataset
 from augself_tf.data.sources import load_source, pair_records
 from augself_tf.training.loop import TrainConfig, distributed_pairs
+from augself_tf.training.train_config import resolve_photometric
 
 CONFIG = AugmentConfig(image_size=8)
 _DECODES = ("DecodeImage", "DecodeJpeg", "DecodePng", "DecodeBmp", "DecodeGif")
@@ -282,7 +283,8 @@ def test_the_stream_has_a_known_cardinality_and_a_static_batch(folder_dir):
 
 def test_distributed_input_does_not_take_the_get_next_as_optional_path(monkeypatch):
     strategy = mirrored_cpus()
-    cfg = TrainConfig(dataset="shapes", split="test", batch_size=16, augment=CONFIG, shuffle_buffer=100)
+    cfg = TrainConfig(dataset="shapes", split="test", batch_size=16, augment=CONFIG, shuffle_buffer=100,
+                      photometric=resolve_photometric("auto"))  # resolved, as a run's
     dist = distributed_pairs(strategy, cfg, 1000 // 16, step=5)
     pipeline = dist._datasets[0]
     assert dist._cardinality == tf.data.INFINITE_CARDINALITY

@@ -14,6 +14,7 @@ from kill_resume import assert_bit_identical, kill_9_then_resume
 from augself_tf.augment import AugmentConfig
 from augself_tf.training.checkpoints import saved_name
 from augself_tf.training.loop import TrainConfig, distributed_pairs
+from augself_tf.training.train_config import resolve_photometric
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,7 +35,7 @@ def test_every_replica_gets_the_same_examples_at_every_step_resumed_or_not():
     tf.random.set_seed(0)  # a caller's global seed (0 is the awkward one for tf.data) must change nothing
     strategy = mirrored_cpus()
     cfg = TrainConfig(dataset="shapes", split="test", batch_size=16, augment=AugmentConfig(image_size=8),
-                      shuffle_buffer=1000)
+                      shuffle_buffer=1000, photometric=resolve_photometric("auto"))  # resolved, as a run's
     spe = 1000 // 16
     full = _replica_views(strategy, cfg, spe, 0, spe + 3)
     for step in full.values():

@@ -18,9 +18,9 @@ import tensorflow as tf
 from conftest import mirrored_cpus
 from helpers import batch, compile_model, make_model, replica_values
 
-from augself_tf.runtime.strategy import CLUSTERS, REPLICA_FUNCTION, compile_mode
-from augself_tf.training.distributed_step import DistributedSteps, resolve_steps_per_execution, steps_in_call
-from augself_tf.training.train_config import TrainConfig, parse_steps_per_execution
+from augself_tf.runtime.strategy import CLUSTERS, REPLICA_FUNCTION, accelerated, compile_mode
+from augself_tf.training.distributed_step import DistributedSteps, steps_in_call
+from augself_tf.training.train_config import TrainConfig, parse_steps_per_execution, resolve_steps_per_execution
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
@@ -42,7 +42,7 @@ def test_a_call_stops_short_of_every_cadence_point():
 
 
 class _Replicas:
-    """A strategy as resolve_steps_per_execution sees it: only its replicas' devices."""
+    """A strategy as `accelerated` sees it: only its replicas' devices."""
 
     def __init__(self, *devices: str) -> None:
         self.extended = type("Extended", (), {"worker_devices": devices})()
@@ -52,9 +52,9 @@ def test_auto_steps_per_call_is_log_every_on_accelerators_and_one_on_cpus():
     gpus = _Replicas("/job:localhost/replica:0/task:0/device:GPU:0", "/job:localhost/replica:0/task:0/device:GPU:1")
     tpu = _Replicas("/job:worker/replica:0/task:0/device:TPU:0")
     cpus = _Replicas("/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1")
-    assert [resolve_steps_per_execution("auto", s, 10) for s in (gpus, tpu, cpus)] == [10, 10, 1]
-    assert resolve_steps_per_execution("auto", tf.distribute.OneDeviceStrategy("/cpu:0"), 25) == 1
-    assert resolve_steps_per_execution(4, gpus, 10) == 4 and resolve_steps_per_execution("3", cpus, 10) == 3
+    assert [resolve_steps_per_execution("auto", accelerated(s), 10) for s in (gpus, tpu, cpus)] == [10, 10, 1]
+    assert resolve_steps_per_execution("auto", accelerated(tf.distribute.OneDeviceStrategy("/cpu:0")), 25) == 1
+    assert resolve_steps_per_execution(4, True, 10) == 4 and resolve_steps_per_execution("3", False, 10) == 3
     assert TrainConfig().steps_per_execution == "auto"
     for bad in ("0", "-2", "ten", "2.5"):
         with pytest.raises(ValueError, match=r"^--steps_per_execution must be 'auto' or a positive integer"):

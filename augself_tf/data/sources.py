@@ -60,6 +60,7 @@ __all__ = [
     "imagenet100_wnids",
     "load_source",
     "pair_records",
+    "pair_source",
     "resolve",
     "source_info",
     "split_parts",
@@ -163,3 +164,18 @@ def pair_records(spec: str, split: str, *, data_dir: str | None = None) -> Any:
     _, source, arg = resolve(spec)
     records = getattr(source, "records", None)
     return None if records is None else records(arg, split, data_dir=data_dir)
+
+
+def pair_source(spec: str, split: str, *, data_dir: str | None = None, cache: bool = False) -> Any:
+    """What the pair stream (``augself_tf.data.pretrain.make_pair_dataset``) reads of a split: the source's own
+    records where it has them (:func:`pair_records`: folder file names, tfds encoded records), for a ``cache``d
+    source of one image size its examples held in memory (fully permuted every epoch), else the tf.data source
+    itself (:func:`load_source`, shuffled in the stream's buffer)."""
+    records = None if cache else pair_records(spec, split, data_dir=data_dir)
+    if records is not None:
+        return records
+    source = load_source(spec, split, data_dir=data_dir)
+    if cache and all(s.shape.is_fully_defined() for s in tf.nest.flatten(source.element_spec)):
+        rows = source.batch(1 << 30).get_single_element()
+        return {k: v.numpy() for k, v in rows.items()}, lambda example: example
+    return source

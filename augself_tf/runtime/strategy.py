@@ -120,10 +120,16 @@ def compile_mode(strategy: tf.distribute.Strategy) -> str:
     that marks every op but the collectives (:func:`compile_clusters`): XLA compiles the clusters between the
     cross-replica reductions, which run as TensorFlow ops.
     """
-    kinds = {tf.DeviceSpec.from_string(d).device_type for d in strategy.extended.worker_devices}
-    if strategy.num_replicas_in_sync > 1 and not kinds <= {"GPU", "TPU"}:
+    if strategy.num_replicas_in_sync > 1 and not accelerated(strategy):
         return CLUSTERS
     return REPLICA_FUNCTION
+
+
+def accelerated(strategy: tf.distribute.Strategy) -> bool:
+    """Whether ``strategy``'s replicas are GPUs or TPUs (not CPUs): what `compile_mode` and a run's
+    ``--steps_per_execution=auto`` (`augself_tf.training.train_config.resolve_steps_per_execution`) ask of them."""
+    kinds = {tf.DeviceSpec.from_string(d).device_type for d in strategy.extended.worker_devices}
+    return bool(kinds) and kinds <= {"GPU", "TPU"}
 
 
 def compile_clusters():

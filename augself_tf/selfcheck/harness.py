@@ -15,10 +15,10 @@ import tensorflow as tf
 
 from augself_tf.augment import AugmentConfig
 from augself_tf.data.pretrain import make_pair_dataset
-from augself_tf.data.sources import source_info
+from augself_tf.data.sources import pair_source, source_info
 from augself_tf.methods.augself_model import AugSelfModel, PretrainData
 from augself_tf.methods.model_config import ModelConfig
-from augself_tf.training.loop import build_model, pair_source
+from augself_tf.training.loop import build_model
 from augself_tf.training.train_config import TrainConfig
 
 #: The pretraining data of every check: embedded, so the check needs no download and no data on disk.
@@ -83,8 +83,7 @@ def build(setup: Setup, strategy: tf.distribute.Strategy) -> AugSelfModel:
 
 @functools.cache
 def _source(split: str):
-    cfg = TrainConfig(dataset=DATASET, split=split)
-    return pair_source(cfg, cache=True)
+    return pair_source(DATASET, split, cache=True)
 
 
 def real_batches(setup: Setup, count: int, seed: int = 0) -> tuple[dict[str, Any], ...]:

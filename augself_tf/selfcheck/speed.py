@@ -17,7 +17,7 @@ from augself_tf.selfcheck.harness import Setup, build, distribute, real_batch
 from augself_tf.selfcheck.step_flops import graph_flops
 from augself_tf.selfcheck.verdicts import NOT_APPLICABLE, PASS, Check, Report
 from augself_tf.training.distributed_step import make_distributed_step
-from augself_tf.training.loop import resolve_photometric
+from augself_tf.training.train_config import resolve_photometric
 
 SECTION = "speed"
 #: TrainConfig's defaults (resnet18_cifar at 1/8 width, 32 px, batch 256) and the paper's ImageNet-100 model

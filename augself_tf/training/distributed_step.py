@@ -21,27 +21,10 @@ import tensorflow as tf
 
 from augself_tf.runtime.strategy import CLUSTERS, REPLICA_FUNCTION, compile_clusters
 from augself_tf.training.agreement import STOP_KEY, stop_output
-from augself_tf.training.train_config import AUTO_STEPS
 
 #: The extra entries after the logs: the replica's first non-finite step of the call (1-based offset, 0 =
 #: none), and 1.0 when it had one. Both are averaged with the logs.
 _NONFINITE_ENTRIES = 2
-
-
-def resolve_steps_per_execution(value: int | str, strategy: tf.distribute.Strategy, log_every: int) -> int:
-    """``--steps_per_execution`` as `TrainConfig` holds it (parsed: a positive int or ``auto``) for ``strategy``'s
-    replicas: an int as given; ``auto`` -> ``log_every`` when they are GPUs or TPUs, else 1. A run resolves it
-    once, when it starts, and hands the result to its `DistributedSteps`.
-
-    A call never crosses a log point, so ``log_every`` is the largest K that groups steps at all. On an
-    accelerator a step takes milliseconds and the host's cost per call (dispatch, the eager ``next()``, the
-    reduction and copy of the logs) is of the same order; on CPUs the step is the host's own work and several
-    steps per call measured no gain (docs/benchmarks.md, §8 "Steps per call").
-    """
-    if value != AUTO_STEPS:
-        return int(value)
-    kinds = {tf.DeviceSpec.from_string(d).device_type for d in strategy.extended.worker_devices}
-    return max(1, log_every) if kinds and kinds <= {"GPU", "TPU"} else 1
 
 
 def steps_in_call(step: int, steps_per_execution: int, total_steps: int, cadences: tuple[int, ...]) -> int:
@@ -94,7 +77,8 @@ class DistributedSteps:
     NaN/Inf, so the loop need not fetch the loss after every call (a fetch stalls an accelerator's queue).
     With `stop_request` (this worker's stop vote, :class:`~augself_tf.training.agreement.StopAgreement`) the
     logs carry one more entry, ``STOP_KEY``, averaged with the others: above zero when any worker voted.
-    ``steps_per_execution`` (resolved: `resolve_steps_per_execution`) is the most steps `call_size` gives a call.
+    ``steps_per_execution`` (the run's resolved ``TrainConfig.steps_per_execution``) is the most steps `call_size`
+    gives a call.
     """
 
     def __init__(

@@ -15,7 +15,7 @@ import keras
 import tensorflow as tf
 
 from augself_tf.data.pretrain import make_pair_dataset
-from augself_tf.data.sources import load_source, pair_records
+from augself_tf.data.sources import pair_source
 from augself_tf.image_statistics import IMAGENET_MEAN, IMAGENET_STD
 from augself_tf.methods import METHODS
 from augself_tf.methods.augself_model import AugSelfModel, PretrainData
@@ -26,12 +26,12 @@ from augself_tf.training.checkpoints import check_run_settings, make_checkpoint,
 from augself_tf.training.health import NonFiniteLossError
 from augself_tf.training.optim import build_optimizer
 from augself_tf.training.run_exports import export_run
-from augself_tf.training.run_start import RunStart, check_model_dir, prepare, resolve_photometric
+from augself_tf.training.run_start import RunStart, check_model_dir, prepare
 from augself_tf.training.step_loop import Restored, StepLoop
 from augself_tf.training.train_config import TrainConfig
 
 __all__ = ["NonFiniteLossError", "TrainConfig", "TrainResult", "build_and_restore", "build_model", "check_model_dir",
-           "distributed_pairs", "finish", "pair_source", "resolve_photometric", "train"]
+           "distributed_pairs", "finish", "train"]
 
 
 @dataclasses.dataclass
@@ -51,7 +51,8 @@ class TrainResult:
 def distributed_pairs(
     strategy: tf.distribute.Strategy, cfg: TrainConfig, steps_per_epoch: int, step: int = 0
 ) -> tf.distribute.DistributedDataset:
-    """The pair stream from global step ``step`` on, as per-replica batches of ``batch_size / replicas``.
+    """The pair stream from global step ``step`` on, as per-replica batches of ``batch_size / replicas``, of the
+    run's settings as `prepare` resolved them (``cfg.photometric`` ``host`` or ``device``).
 
     Each worker runs one input pipeline that feeds its R local replicas in turn, so one global step takes
     R consecutive per-replica batches from it. Every epoch is cut to exactly ``steps_per_epoch · R`` of
@@ -64,7 +65,7 @@ def distributed_pairs(
     def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
         local_replicas = ctx.num_replicas_in_sync // ctx.num_input_pipelines
         return make_pair_dataset(
-            pair_source(cfg, cache),
+            pair_source(cfg.dataset, cfg.split, data_dir=cfg.data_dir, cache=cache),
             cfg.augment,
             seed=cfg.seed,
             batch_size=ctx.get_per_replica_batch_size(cfg.batch_size),
@@ -74,26 +75,12 @@ def distributed_pairs(
             shuffle_buffer=cfg.shuffle_buffer,
             shard=(ctx.input_pipeline_id, ctx.num_input_pipelines),
             cache=cache,
-            photometric=resolve_photometric(cfg.photometric),
+            photometric=cfg.photometric,
             views=views,
         )
 
     views = cfg.model.views()  # the method's and its objectives' declaration
     return strategy.distribute_datasets_from_function(dataset_fn)
-
-
-def pair_source(cfg: TrainConfig, cache: bool):
-    """What `make_pair_dataset` reads: the source's own records where it has them (`pair_records`: folder file
-    names, tfds encoded records), for a cached source of one image size its examples held in memory (fully
-    permuted every epoch), else the tf.data source itself (shuffled in a ``--shuffle_buffer``)."""
-    records = None if cache else pair_records(cfg.dataset, cfg.split, data_dir=cfg.data_dir)
-    if records is not None:
-        return records
-    source = load_source(cfg.dataset, cfg.split, data_dir=cfg.data_dir)
-    if cache and all(spec.shape.is_fully_defined() for spec in tf.nest.flatten(source.element_spec)):
-        rows = source.batch(1 << 30).get_single_element()
-        return {k: v.numpy() for k, v in rows.items()}, lambda example: example
-    return source
 
 
 def build_model(

@@ -18,7 +18,6 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from augself_tf.augment import PHOTOMETRIC_MODES
 from augself_tf.augment.views import check_pair_batch
 from augself_tf.data.source_base import SourceInfo
 from augself_tf.data.sources import source_info
@@ -27,12 +26,10 @@ from augself_tf.methods.augself_model import PretrainData
 from augself_tf.runtime.determinism import make_deterministic
 from augself_tf.runtime.preemption import StopSignals
 from augself_tf.runtime.run_lock import RunLock
-from augself_tf.runtime.strategy import CLUSTERS, compile_mode, is_chief, make_strategy
+from augself_tf.runtime.strategy import CLUSTERS, accelerated, compile_mode, is_chief, make_strategy
 from augself_tf.training.checkpoints import check_run_settings, recorded_derived
-from augself_tf.training.distributed_step import resolve_steps_per_execution
 from augself_tf.training.monitors import plan_monitors
-from augself_tf.training.optimizer_parts import decay_exclusion
-from augself_tf.training.train_config import TrainConfig, resolve_patch_size
+from augself_tf.training.train_config import TrainConfig, resolve_for_devices, resolve_patch_size
 
 
 @dataclasses.dataclass
@@ -40,14 +37,12 @@ class RunStart:
     """What the start of a run settled, for the stages after it.
 
     Attributes:
-      cfg: the run's settings, resolved: ``photometric`` (``auto`` made ``host`` or ``device``), ``model_dir``
-        (its default named), a ViT's ``patch_size`` (0 made the image size's patch, `resolve_patch_size`),
-        ``weight_decay_exclude`` (``auto`` made the optimizer's rule), and the method options the run derived
-        when it began (run.json's).
+      cfg: the run's settings, resolved: a ViT's ``patch_size`` (0 made the image size's patch,
+        `resolve_patch_size`), ``photometric``, ``model_dir``, ``weight_decay_exclude`` and ``steps_per_execution``
+        (for these replicas: `resolve_for_devices`), and the method options the run derived when it began
+        (run.json's).
       strategy: the run's `tf.distribute.Strategy`; ``chief``: whether this process writes the run's files.
       compile_mode: what ``--jit_compile`` compiles on these replicas (None: off).
-      steps_per_execution: steps per call, ``cfg.steps_per_execution`` resolved for these replicas (its one
-        resolution: the loop's `DistributedSteps` holds it).
       info: the pretraining split; ``data``: what a method derives its options from, with the run's length.
       monitor_plan: the monitors the flags ask for (None: none).
       input_mean, input_std: what the backbone normalises with.
@@ -62,7 +57,6 @@ class RunStart:
     strategy: tf.distribute.Strategy
     chief: bool
     compile_mode: bool | str | None
-    steps_per_execution: int
     info: SourceInfo
     data: PretrainData
     monitor_plan: Any
@@ -95,16 +89,6 @@ class RunStart:
     def tb_dir(self) -> str:
         """The run's TensorBoard events."""
         return os.path.join(self.model_dir, "tensorboard")
-
-
-def resolve_photometric(mode: str) -> str:
-    """``auto`` -> ``device`` when a GPU or TPU is visible (the host's CPUs would bind), else ``host``."""
-    if mode not in ("auto", *PHOTOMETRIC_MODES):
-        raise ValueError(f"unknown photometric mode {mode!r}; choose from auto, {', '.join(PHOTOMETRIC_MODES)}")
-    if mode != "auto":
-        return mode
-    accelerators = tf.config.list_logical_devices("GPU") + tf.config.list_logical_devices("TPU")
-    return "device" if accelerators else "host"
 
 
 def check_model_dir(model_dir: str) -> None:
@@ -150,21 +134,19 @@ def prepare(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> 
                          "--mixed_precision=bfloat16")
     strategy = make_strategy(cfg.strategy, cfg.cpu_replicas, cfg.tpu)
     stop.reinstall()  # a multi-worker strategy's runtime takes SIGTERM over below Python: take it back
-    cfg = dataclasses.replace(cfg, photometric=resolve_photometric(cfg.photometric),
-                              model_dir=cfg.resolved_model_dir(),
-                              weight_decay_exclude=decay_exclusion(cfg.weight_decay_exclude, cfg.optimizer))
-    steps_per_execution = resolve_steps_per_execution(cfg.steps_per_execution, strategy, cfg.log_every)
+    # What the run asks of its strategy, once: who writes, what --jit_compile compiles, whether it accelerates.
+    chief, on_accelerators = is_chief(strategy), accelerated(strategy)
+    mode = compile_mode(strategy) if cfg.jit_compile else None
+    cfg = resolve_for_devices(cfg, on_accelerators)  # the settings' one resolution: the stages read them from cfg
     replicas = strategy.num_replicas_in_sync
     if cfg.batch_size % replicas:
         raise ValueError(f"global batch size {cfg.batch_size} is not divisible by the {replicas} replicas")
     check_pair_batch(cfg.model.views(), cfg.batch_size // replicas)
-    mode = compile_mode(strategy) if cfg.jit_compile else None
     if mode == CLUSTERS:
         log(f"--jit_compile on {replicas} CPU replicas: XLA compiles the step's clusters, the cross-replica "
             "reductions between them (XLA has no CPU collectives; GPUs and TPUs compile the whole replica function)")
     if cfg.mixed_precision:
         keras.mixed_precision.set_global_policy(f"mixed_{cfg.mixed_precision}")
-    chief = is_chief(strategy)
     keras.utils.set_random_seed(cfg.seed)  # Keras initialisers draw from this; the input is seeded by cfg.seed
 
     info, data = _run_length(cfg)
@@ -192,7 +174,7 @@ def prepare(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> 
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(
             cfg.model, method_options={**cfg.model.method_options, **reused}))
     derived = {**derived_options(cfg.model.method, cfg.model.method_options, data), **reused}
-    return RunStart(cfg, strategy, chief, mode, steps_per_execution, info, data, monitor_plan, input_mean,
+    return RunStart(cfg, strategy, chief, mode, info, data, monitor_plan, input_mean,
                     input_std, model_settings, derived, model_dir, write_dir, lock, log, started)
 
 

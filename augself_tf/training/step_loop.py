@@ -63,7 +63,7 @@ class StepLoop:
         self.nonfinite_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_step")
         self.stops = StopAgreement(start.strategy, stop)  # several workers stop at one agreed step
         self.run_steps = DistributedSteps(start.strategy, self.model, start.compile_mode, self.nonfinite_step,
-                                          self.stops.request, start.steps_per_execution)
+                                          self.stops.request, cfg.steps_per_execution)
         self.bad_variable = make_state_check(restored.state)
         self.what_to_do = advice(cfg.lr, cfg.batch_size, cfg.model.augself_weight,
                                  {t.name: t.weight for t in cfg.model.augself})
@@ -71,8 +71,7 @@ class StepLoop:
         if self.writer is not None and self.step == 0:  # once per run: a resumed run is the same HParams session
             write_run_hparams(self.writer, cfg, trial_id=os.path.basename(start.model_dir))
         start.log(summaries.describe_run(cfg, start.replicas, start.info.num_examples, self.steps_per_epoch,
-                                         self.total_steps, cfg.photometric, (start.input_mean, start.input_std),
-                                         start.steps_per_execution))
+                                         self.total_steps, (start.input_mean, start.input_std)))
         # In a log file: about 50 lines per run, each on a logging step so its losses are fresh.
         self.progress = Progress(self.total_steps, "pretrain", enabled=bool(cfg.verbose), line_multiple=cfg.log_every)
         self.monitors = None

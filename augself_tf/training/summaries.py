@@ -47,13 +47,6 @@ def write_views(writer: tf.summary.SummaryWriter | None, batch: dict, step: int,
 _WHERE = {"host": "in the tf.data pipeline", "device": "batched in the training step, uint8 views"}
 
 
-def _backbone(model, image_size: int) -> str:
-    """``resnet18 width 0.25``, or a ViT by its patch (its width is its name's)."""
-    if not is_vit(model.backbone):
-        return f"{model.backbone} width {model.width}"
-    return f"{model.backbone} patch {model.patch_for(image_size)}"
-
-
 def _decay(cfg) -> str:
     """The optimizer and its weight decay, as the run applies them."""
     if cfg.optimizer == "sgd":
@@ -64,12 +57,11 @@ def _decay(cfg) -> str:
 
 
 def describe_run(
-    cfg, replicas: int, num_examples: int, steps_per_epoch: int, total_steps: int, photometric: str = "host",
-    input_statistics: tuple[tuple[float, ...], tuple[float, ...]] | None = None, steps_per_execution: int | None = None,
+    cfg, replicas: int, num_examples: int, steps_per_epoch: int, total_steps: int,
+    input_statistics: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
 ) -> str:
-    """One paragraph a user reads before a long run starts (``steps_per_execution``: the resolved steps per call;
-    None: the config's)."""
-    per_call = steps_per_execution or cfg.steps_per_execution
+    """One paragraph a user reads before a long run starts, from its resolved settings (a ViT's ``patch_size``,
+    ``photometric``, ``steps_per_execution``: `augself_tf.training.run_start.prepare`)."""
     model = cfg.model
     aug = augself_text(model.augself) if model.augself else "off"
     condition = (f" + conditioned projector[{','.join(model.condition)}] (MLP {model.condition_depth}×"
@@ -81,12 +73,14 @@ def describe_run(
     if input_statistics is not None:
         mean, std = (",".join(f"{v:g}" for v in t) for t in input_statistics)
         norm = f"  input normalised with mean {mean}, std {std} (--input_mean, --input_std)\n"
-    backbone = _backbone(model, cfg.augment.image_size)
+    # A ViT by its patch (resolved when the run started; its width is its name's), a ResNet by its width.
+    backbone = (f"{model.backbone} patch {model.patch_size}" if is_vit(model.backbone)
+                else f"{model.backbone} width {model.width}")
     return (
         f"Pretraining {model.method} + AugSelf[{aug}] (λ={model.augself_weight}){condition} on {cfg.dataset}:"
         f"{cfg.split} ({num_examples} images), {backbone} at {cfg.augment.image_size} px\n"
-        f"  photometric augmentations: {photometric} ({_WHERE[photometric]})\n{norm}"
+        f"  photometric augmentations: {cfg.photometric} ({_WHERE[cfg.photometric]})\n{norm}"
         f"  global batch {cfg.batch_size} on {replicas} replica(s), {steps_per_epoch} steps/epoch, "
-        f"{total_steps} steps ({per_call} per call), lr {cfg.lr}×batch/256, {_decay(cfg)}\n"
+        f"{total_steps} steps ({cfg.steps_per_execution} per call), lr {cfg.lr}×batch/256, {_decay(cfg)}\n"
         f"  model_dir {cfg.model_dir}"
     )

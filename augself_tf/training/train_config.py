@@ -15,6 +15,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import tensorflow as tf
+
 from augself_tf.augment import registry
 from augself_tf.augment.augment_config import AugmentConfig
 from augself_tf.augment.pipeline import PHOTOMETRIC_MODES
@@ -34,9 +36,9 @@ from augself_tf.objectives import define_objective_flags, objective_options_from
 from augself_tf.runtime.strategy import STRATEGIES
 from augself_tf.training.knn import DEFAULT_K, DEFAULT_TEMPERATURE
 from augself_tf.training.optim import OPTIMIZERS, WEIGHT_DECAY_EXCLUDE
-from augself_tf.training.optimizer_parts import AUTO_EXCLUDE
+from augself_tf.training.optimizer_parts import AUTO_EXCLUDE, decay_exclusion
 
-#: --steps_per_execution's default: chosen per device when the strategy is known (resolve_steps_per_execution).
+#: --steps_per_execution's default: chosen per device when the strategy is known (`resolve_steps_per_execution`).
 AUTO_STEPS = "auto"
 
 
@@ -240,6 +242,42 @@ def resolve_patch_size(cfg: TrainConfig) -> TrainConfig:
     if patch == model.patch_size:
         return cfg
     return dataclasses.replace(cfg, model=dataclasses.replace(model, patch_size=patch))
+
+
+def resolve_photometric(mode: str) -> str:
+    """``auto`` -> ``device`` when a GPU or TPU is visible (the host's CPUs would bind), else ``host``."""
+    if mode not in ("auto", *PHOTOMETRIC_MODES):
+        raise ValueError(f"unknown photometric mode {mode!r}; choose from auto, {', '.join(PHOTOMETRIC_MODES)}")
+    if mode != "auto":
+        return mode
+    accelerators = tf.config.list_logical_devices("GPU") + tf.config.list_logical_devices("TPU")
+    return "device" if accelerators else "host"
+
+
+def resolve_steps_per_execution(value: int | str, accelerated: bool, log_every: int) -> int:
+    """``--steps_per_execution`` as `TrainConfig` holds it (parsed: a positive int or ``auto``) for the run's
+    replicas: an int as given; ``auto`` -> ``log_every`` when they are GPUs or TPUs (``accelerated``:
+    `augself_tf.runtime.strategy.accelerated`), else 1.
+
+    A call never crosses a log point, so ``log_every`` is the largest K that groups steps at all. On an
+    accelerator a step takes milliseconds and the host's cost per call (dispatch, the eager ``next()``, the
+    reduction and copy of the logs) is of the same order; on CPUs the step is the host's own work and several
+    steps per call measured no gain (docs/benchmarks.md, §8 "Steps per call").
+    """
+    if value != AUTO_STEPS:
+        return int(value)
+    return max(1, log_every) if accelerated else 1
+
+
+def resolve_for_devices(cfg: TrainConfig, accelerated: bool) -> TrainConfig:
+    """``cfg`` with the settings a run resolves once its strategy is made, each once, here: ``photometric``
+    (`resolve_photometric`), ``model_dir`` (its default named), ``weight_decay_exclude`` (``auto`` made the
+    optimizer's rule) and ``steps_per_execution`` (`resolve_steps_per_execution`; ``accelerated``: the strategy's
+    replicas are GPUs or TPUs). The run's stages read them from the `TrainConfig` it hands them."""
+    return dataclasses.replace(
+        cfg, photometric=resolve_photometric(cfg.photometric), model_dir=cfg.resolved_model_dir(),
+        weight_decay_exclude=decay_exclusion(cfg.weight_decay_exclude, cfg.optimizer),
+        steps_per_execution=resolve_steps_per_execution(cfg.steps_per_execution, accelerated, cfg.log_every))
 
 
 def flag_values_of(cfg: TrainConfig) -> dict[str, Any]:
