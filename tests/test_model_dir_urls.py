@@ -8,6 +8,8 @@ import contextlib
 import io
 import json
 import os
+import subprocess
+import sys
 import uuid
 
 import numpy as np
@@ -20,6 +22,7 @@ from augself_tf.training.checkpoint_files import intact_checkpoint
 from augself_tf.training.loop import train
 
 gfile = tf.io.gfile
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
@@ -73,27 +76,67 @@ def test_the_export_is_written_under_the_url_loads_and_a_rerun_replaces_it(runs)
     assert_export_is_the_backbone(again)
 
 
-def test_augself_eval_reads_the_export_and_writes_its_results_under_the_url(runs):
-    from augself_tf import evaluate
+def test_the_evaluation_reads_the_export_and_writes_its_results_under_the_url(runs):
+    """augself-eval's library path in this process (the program itself defines absl flags that augself-train's
+    share: it runs in a process of its own below)."""
+    from augself_tf.evaluation.context import EvalContext, EvalSettings
+    from augself_tf.evaluation.datasets import DataAccess
+    from augself_tf.evaluation.loading import load_model
+    from augself_tf.evaluation.protocols import run_protocol
+    from augself_tf.evaluation.report import markdown_table, save_records
+    from augself_tf.runtime.tensorboard import log_eval_records
 
     d = runs["dir"]
-    saved_model = f"{d}/saved_model"
-    assert evaluate.default_output(saved_model) == f"{d}/eval/results.json"
-    out = f"{d}/eval_out/results.json"
-    argv = ["augself-eval", f"--saved_model={saved_model}", "--protocol=linear,retrieval", "--dataset=shapes",
-            "--image_size=16", "--max_examples=64", "--linear_regs=1", f"--output={out}", "--log_to=auto", "--quiet"]
-    try:
-        evaluate.FLAGS(argv)
-        assert evaluate.main(argv[:1]) == 0
-    finally:
-        evaluate.FLAGS.unparse_flags()
-    records = json.loads(files.read_text(out))
-    assert {(r["model"], r["protocol"]) for r in records} == {("run", "linear"), ("run", "retrieval")}
-    assert np.isfinite([r["value"] for r in records]).all()
-    assert "| protocol | dataset | metric | run | paper |" in files.read_text(f"{d}/eval_out/results.md")
-    figures = [n for n in gfile.listdir(f"{d}/eval_out") if n.endswith(".png")]
-    assert figures and gfile.GFile(f"{d}/eval_out/{figures[0]}", "rb").read(4) == b"\x89PNG"
-    assert gfile.listdir(f"{d}/tensorboard/eval")  # --log_to=auto: the run's TensorBoard, under the URL
+    model = load_model(d)  # the run's directory: its saved_model found inside, named after the run
+    assert (model.path, model.name) == (f"{d}/saved_model", "run")
+    context = EvalContext(EvalSettings(image_size=16, max_examples=64, output_dir=f"{d}/eval"), DataAccess(None))
+    records = [*run_protocol(context, model, "linear", "shapes"), *run_protocol(context, model, "retrieval", "shapes")]
+    assert save_records(records, f"{d}/eval/results.json") == json.loads(files.read_text(f"{d}/eval/results.json"))
+    files.write_text(f"{d}/eval/results.md", markdown_table(records))
+    assert "| run |" in files.read_text(f"{d}/eval/results.md")
+    figures = [n for n in gfile.listdir(f"{d}/eval") if n.endswith(".png")]
+    assert figures and gfile.GFile(f"{d}/eval/{figures[0]}", "rb").read(4) == b"\x89PNG"
+    assert log_eval_records(d, records) == f"{d}/tensorboard/eval" and gfile.listdir(f"{d}/tensorboard/eval")
+
+
+# augself-eval itself, in a fresh process: a ram:// export of a small backbone, then the program's command line
+# with its results, their table, a figure and --log_to=auto's events all under ram://.
+EVAL_CLI = """
+import json, sys
+import keras, tensorflow as tf
+from augself_tf.export.saved_model import export_backbone
+d = sys.argv[1]
+x = keras.Input([None, None, 3])
+backbone = keras.Model(x, keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(8, 3)(x)))
+export_backbone(backbone, d + "/saved_model")
+from augself_tf import evaluate
+out = d + "/out/results.json"
+sys.argv = ["augself-eval", "--saved_model=" + d + "/saved_model", "--protocol=linear,retrieval", "--dataset=shapes",
+            "--image_size=16", "--max_examples=64", "--linear_regs=1", "--output=" + out, "--log_to=auto", "--quiet"]
+try:
+    evaluate.cli()
+except SystemExit as e:
+    assert not e.code, e.code
+g = tf.io.gfile
+print(json.dumps({"default": evaluate.default_output(d + "/saved_model"), "records": json.loads(g.GFile(out).read()),
+                  "md": g.GFile(d + "/out/results.md").read(), "out": sorted(g.listdir(d + "/out")),
+                  "events": [n for n in g.listdir(d + "/eval") if n.startswith("events.out")]}))
+"""
+
+
+def test_augself_eval_reads_a_url_export_and_writes_its_output_under_the_url():
+    d = f"ram://model_dir_urls_{uuid.uuid4().hex}/run"
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    proc = subprocess.run([sys.executable, "-c", EVAL_CLI, d], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["default"] == f"{d}/eval/results.json"
+    assert {(r["model"], r["protocol"]) for r in seen["records"]} == {("run", "linear"), ("run", "retrieval")}
+    assert np.isfinite([r["value"] for r in seen["records"]]).all()
+    assert "| protocol | dataset | metric | run | paper |" in seen["md"]
+    assert "results.md" in seen["out"] and [n for n in seen["out"] if n.endswith(".png")]
+    assert seen["events"]  # --log_to=auto: the run's TensorBoard (its directory, no tensorboard/ there), under the URL
 
 
 def test_url_paths_and_replacing_a_file():
