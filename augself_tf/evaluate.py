@@ -39,6 +39,7 @@ from augself_tf.evaluation.estimators.errors import EvalError  # noqa: E402
 from augself_tf.evaluation.loading import DEFAULT_SIGNATURE, LoadedModel, load_model  # noqa: E402
 from augself_tf.evaluation.protocols import PROTOCOLS, all_protocols, run_protocol, unfit_reason  # noqa: E402
 from augself_tf.flag_fields import define_flags, option, options_from_flags, values_from_flags  # noqa: E402
+from augself_tf.runtime import files  # noqa: E402
 
 PROTOCOL_CHOICES = (*PROTOCOLS, "all")
 
@@ -111,11 +112,10 @@ def fail(message: str) -> None:
 
 def default_output(first_model: str) -> str:
     """``<model>/../eval/results.json`` if that directory can be created, else ``./eval_results.json``."""
-    parent = os.path.dirname(os.path.abspath(os.path.normpath(first_model)))
-    out_dir = os.path.join(parent, "eval")
+    out_dir = os.path.join(_parent(first_model), "eval")
     try:
-        os.makedirs(out_dir, exist_ok=True)
-        if os.access(out_dir, os.W_OK):
+        files.makedirs(out_dir)
+        if files.is_url(out_dir) or os.access(out_dir, os.W_OK):
             return os.path.join(out_dir, "results.json")
     except OSError:
         pass
@@ -142,8 +142,13 @@ def parse_protocols(text: str) -> list[str]:
 def log_target(log_to: str, saved_model: str) -> str:
     """The run directory --log_to names for one SavedModel: the directory itself, or with 'auto' its parent."""
     if log_to == "auto":
-        return os.path.dirname(os.path.abspath(os.path.normpath(saved_model)))
+        return _parent(saved_model)
     return log_to
+
+
+def _parent(path: str) -> str:
+    """The directory holding ``path`` (local: made absolute and normalised first; a URL as given)."""
+    return files.parent(path if files.is_url(path) else os.path.normpath(path))
 
 
 def main(argv: list[str]) -> int:
@@ -190,13 +195,13 @@ def check_command_line(argv: list[str]) -> list[str]:
     if not paths:
         fail("--saved_model is empty")
     for path in paths:  # before any model loads: the common mistake fails fast and quietly
-        if not os.path.exists(path):
+        if not files.exists(path):
             fail(f"SavedModel not found: {path}")
     if FLAGS.log_to and FLAGS.log_to != "auto":
         if len(paths) > 1:
             fail(f"--log_to={FLAGS.log_to} names one run but {len(paths)} SavedModels were given; "
                  "use --log_to=auto to log each to its own run")
-        if not os.path.isdir(FLAGS.log_to):
+        if not files.isdir(FLAGS.log_to):
             fail(f"--log_to: run directory not found: {FLAGS.log_to}")
     try:  # the minimums the fields declare: a non-positive --image_size, --batch_size or --cpu_replicas
         eval_settings_from_flags(FLAGS)
@@ -226,7 +231,7 @@ def prepare(argv_models: list[str], protocols: list[str], explicit: bool) -> Eva
     # Options of the protocols that run only: a bad value of another protocol's flag does not matter.
     try:
         options = {name: options_from_flags(name, PROTOCOLS[name].options, FLAGS) for name in protocols}
-        settings = eval_settings_from_flags(FLAGS, output_dir=os.path.dirname(os.path.abspath(output)))
+        settings = eval_settings_from_flags(FLAGS, output_dir=files.parent(output))
     except ValueError as e:  # a list flag whose items do not parse
         raise EvalError(str(e)) from None
     log = None if FLAGS.quiet else log_stderr
@@ -288,8 +293,7 @@ def write_report(plan: EvalPlan, models: list[LoadedModel], records: list[dict])
             if plan.log:
                 plan.log(f"[eval] {model.name}: results logged to TensorBoard in {logged}")
     table = report.markdown_table(records)
-    with open(os.path.splitext(plan.output)[0] + ".md", "w") as f:
-        f.write(table + "\n")
+    files.write_text(os.path.splitext(plan.output)[0] + ".md", table + "\n")
     print(table)
     if plan.log:
         plan.log(f"[eval] wrote {plan.output}")

@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from augself_tf.evaluation.estimators.errors import EvalError, first_line
+from augself_tf.runtime import files
 
 #: The backbone's features in every export of this project.
 DEFAULT_SIGNATURE = "serving_default"
@@ -73,7 +74,7 @@ class LoadedModel:
 
 def model_display_name(path: str) -> str:
     """Short name of a model directory (``runs/simsiam/saved_model`` -> ``simsiam``)."""
-    p = os.path.normpath(os.path.abspath(path))
+    p = files.absolute(path if files.is_url(path) else os.path.normpath(path))
     base = os.path.basename(p)
     if base in ("saved_model", "export", "model") and os.path.basename(os.path.dirname(p)):
         return os.path.basename(os.path.dirname(p))
@@ -83,14 +84,14 @@ def model_display_name(path: str) -> str:
 def _resolve_saved_model_dir(path: str) -> str:
     if not path:
         raise EvalError("no SavedModel given: pass --saved_model PATH")
-    if not os.path.exists(path):
+    if not files.exists(path):
         raise EvalError(f"SavedModel not found: {path}")
-    if os.path.isdir(path) and not os.path.exists(os.path.join(path, "saved_model.pb")):
+    if files.isdir(path) and not files.exists(os.path.join(path, "saved_model.pb")):
         nested = os.path.join(path, "saved_model")
-        if os.path.exists(os.path.join(nested, "saved_model.pb")):
+        if files.exists(os.path.join(nested, "saved_model.pb")):
             return nested
         raise EvalError(f"not a SavedModel directory (no saved_model.pb): {path}")
-    if not os.path.isdir(path):
+    if not files.isdir(path):
         raise EvalError(f"not a SavedModel directory: {path}")
     return path
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import io
 from collections.abc import Sequence
 
 import numpy as np
@@ -10,11 +10,18 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from augself_tf.runtime import files
+
 
 def _save(fig: Figure, path: str) -> str:
-    os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
+    files.makedirs(files.parent(path) or ".")
     FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=100)
+    if files.is_url(path):  # matplotlib writes local files only
+        buffer = io.BytesIO()
+        fig.savefig(buffer, dpi=100, format="png")
+        files.write_bytes(path, buffer.getvalue())
+    else:
+        fig.savefig(path, dpi=100)
     return path
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Iterable, Sequence
 
 from augself_tf.data.catalog import canonical_key
 from augself_tf.evaluation import paper_results
+from augself_tf.runtime import files
 
 RECORD_KEYS: tuple[str, ...] = (
     "model", "protocol", "dataset", "metric", "value", "ci95", "n_train", "n_test", "settings", "seconds",
@@ -76,10 +76,9 @@ def save_records(records: Sequence[dict], path: str, *, merge: bool = True) -> l
       The records written (existing ones first, in their order, replaced in place when re-run).
     """
     existing: list[dict] = []
-    if merge and os.path.exists(path):
+    if merge and files.exists(path):
         try:
-            with open(path) as f:
-                loaded = json.load(f)
+            loaded = json.loads(files.read_text(path))
             if isinstance(loaded, list):
                 existing = [r for r in loaded if isinstance(r, dict) and all(k in r for k in RECORD_KEYS[:3])]
         except (OSError, ValueError):
@@ -87,11 +86,8 @@ def save_records(records: Sequence[dict], path: str, *, merge: bool = True) -> l
     new = {record_key(r): r for r in records}
     out = [new.pop(record_key(r), r) for r in existing]
     out.extend(r for r in records if record_key(r) in new)
-    os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(out, f, indent=1)
-    os.replace(tmp, path)
+    files.makedirs(files.parent(path) or ".")
+    files.replace_text(path, json.dumps(out, indent=1))
     return out
 
 

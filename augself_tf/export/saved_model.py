@@ -4,15 +4,13 @@ ViT, its patch tokens as ``patch_tokens``)."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import uuid
 from collections.abc import Mapping
 
 import keras
 import tensorflow as tf
 
 from augself_tf.models.vit import patch_token_model
+from augself_tf.runtime import files
 
 _IMAGES = [tf.TensorSpec([None, None, None, 3], tf.float32, name="images")]
 #: The signature of a ViT export that gives its patch tokens.
@@ -62,7 +60,8 @@ class _ServingBackbone(tf.Module):
 
 
 def export_backbone(backbone: keras.Model, path: str, extra: Mapping[str, keras.layers.Layer] | None = None) -> str:
-    """Writes `path` atomically: saved to a sibling temp dir, then renamed over any previous export.
+    """Writes `path`: saved to a sibling temp dir, then renamed over any previous export (atomic on a local path;
+    a ``gs://`` URL's export is moved in file by file, ``saved_model.pb`` last: `augself_tf.runtime.files`).
 
     The `serving_default` signature takes float32 images [N, H, W, 3] in [0, 1] and returns
     {"features": [N, d]} (batch norm in inference mode). Each entry of `extra` (a method's
@@ -74,20 +73,13 @@ def export_backbone(backbone: keras.Model, path: str, extra: Mapping[str, keras.
     ``patch_tokens``: the same input, {"tokens": [N, h·w, D]} (the patch tokens after the final LayerNorm;
     ``serving_default`` gives the class token).
     """
-    path = os.path.abspath(path)
-    parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex[:8]}")
+    path = files.absolute(path)
+    files.makedirs(files.parent(path))
+    tmp = files.sibling(path, "tmp")
     module = _ServingBackbone(backbone, extra or {})
     signatures = {"serving_default": module.serve, **{name: module.extra_signature(name) for name in module.extra}}
     if module.tokens is not None:
         signatures[PATCH_TOKENS] = module.tokens_signature()
     tf.saved_model.save(module, tmp, signatures=signatures)
-    old = None
-    if os.path.exists(path):
-        old = os.path.join(parent, f".{os.path.basename(path)}.old-{uuid.uuid4().hex[:8]}")
-        os.rename(path, old)
-    os.rename(tmp, path)
-    if old:
-        shutil.rmtree(old, ignore_errors=True)
+    files.replace_dir(tmp, path, last="saved_model.pb")
     return path

@@ -10,12 +10,13 @@ benchmarks, the results ledger and the tests.
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
 import re
 from collections.abc import Callable, Iterable
 
 import tensorflow as tf
+
+from augself_tf.runtime import files
 
 EVAL_SUBDIR = "eval"
 
@@ -23,7 +24,7 @@ EVAL_SUBDIR = "eval"
 def tensorboard_dir(run: str) -> str:
     """A run's TensorBoard directory: ``RUN/tensorboard`` when RUN is a model_dir, else RUN itself."""
     nested = os.path.join(run, "tensorboard")
-    return nested if os.path.isdir(nested) else run
+    return nested if files.isdir(nested) else run
 
 
 def trained_steps(run: str) -> int:
@@ -100,7 +101,7 @@ def read_scalars(log_dir: str, tags: TagFilter = None) -> dict[str, list[Scalar]
     """
     wanted = _wanted(tags)
     out: dict[str, list[Scalar]] = {}
-    for path in sorted(glob.glob(os.path.join(log_dir, "events.out.tfevents.*"))):
+    for path in sorted(files.glob(os.path.join(log_dir, "events.out.tfevents.*"))):
         for record in tf.data.TFRecordDataset(path):
             event = tf.compat.v1.Event.FromString(record.numpy())
             for value in event.summary.value:

@@ -18,11 +18,12 @@ from __future__ import annotations
 import glob
 import os
 import re
-import shutil
 from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
+
+from augself_tf.runtime import files
 
 #: The magnitude past which a weight, BN statistic or momentum buffer means a diverged run, though finite.
 #: Healthy runs hold at most a few units (measured: largest |value| 1.3-3.4 in three tiny runs' checkpoints);
@@ -35,34 +36,40 @@ class CheckpointFileError(RuntimeError):
     """A checkpoint that cannot be written or no intact one to resume; the message is one line."""
 
 
+def checkpoint_reader(prefix: str):  # TensorFlow's CheckpointReader (not exported by name)
+    """A reader of checkpoint ``prefix`` itself (``tf.train.load_checkpoint`` first asks whether the prefix is a
+    directory, which TensorFlow's ``ram://`` answers yes for any prefix of a file's name)."""
+    return tf.compat.v1.train.NewCheckpointReader(prefix)
+
+
 def clean_temp(ckpt_dir: str, log: Callable[[str], None]) -> None:
     """Removes the ``ckpt-N_temp`` folders a killed or failed save left behind."""
-    for temp in sorted(glob.glob(os.path.join(ckpt_dir, "ckpt-*_temp"))):
-        shutil.rmtree(temp, ignore_errors=True) if os.path.isdir(temp) else os.remove(temp)
+    for temp in sorted(files.glob(os.path.join(ckpt_dir, "ckpt-*_temp"))):
+        files.rmtree(temp) if files.isdir(temp) else files.remove(temp)
         log(f"Removed {temp}, left by an interrupted save")
 
 
 def checkpoint_steps(ckpt_dir: str) -> list[int]:
     """Steps of every ``ckpt-N`` that has any file (index or data) in ``ckpt_dir``, newest first."""
-    if not os.path.isdir(ckpt_dir):
+    if not files.isdir(ckpt_dir):
         return []
-    steps = {int(m.group(1)) for m in map(_FILE.match, os.listdir(ckpt_dir)) if m}
+    steps = {int(m.group(1)) for m in map(_FILE.match, files.listdir(ckpt_dir)) if m}
     return sorted(steps, reverse=True)
 
 
 def _files(prefix: str) -> list[str]:
-    return sorted(glob.glob(glob.escape(prefix) + ".index") + glob.glob(glob.escape(prefix) + ".data-*"))
+    return sorted(files.glob(glob.escape(prefix) + ".index") + files.glob(glob.escape(prefix) + ".data-*"))
 
 
 def problem(prefix: str) -> str | None:
     """Why checkpoint ``prefix`` cannot be resumed (missing or damaged file, a value beyond :data:`LIMIT`), or
     None when every tensor reads back, passes its checksum and is finite."""
-    if not os.path.exists(prefix + ".index"):
+    if not files.exists(prefix + ".index"):
         return f"{os.path.basename(prefix)}.index is missing"
-    if not glob.glob(glob.escape(prefix) + ".data-*"):
+    if not files.glob(glob.escape(prefix) + ".data-*"):
         return f"{os.path.basename(prefix)}.data-* is missing"
     try:
-        reader = tf.train.load_checkpoint(prefix)
+        reader = checkpoint_reader(prefix)
         for name in sorted(reader.get_variable_to_shape_map()):
             value = reader.get_tensor(name)
             if isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.size:
@@ -77,7 +84,7 @@ def problem(prefix: str) -> str | None:
 def _set_aside(prefix: str) -> list[str]:
     moved = []
     for path in _files(prefix):
-        os.replace(path, path + ".bad")
+        files.rename(path, path + ".bad")
         moved.append(os.path.basename(path) + ".bad")
     return moved
 
@@ -86,15 +93,13 @@ def _write_state(ckpt_dir: str, prefixes: list[str]) -> None:
     """The ``checkpoint`` state file naming ``prefixes`` (oldest first; the last is the latest), atomically."""
     path = os.path.join(ckpt_dir, "checkpoint")
     if not prefixes:
-        if os.path.exists(path):
-            os.remove(path)
+        if files.exists(path):
+            files.remove(path)
         return
     # CheckpointState's text format, paths relative to ckpt_dir (what tf.train.get_checkpoint_state reads back).
     names = [os.path.basename(p) for p in prefixes]
     text = f'model_checkpoint_path: "{names[-1]}"\n' + "".join(f'all_model_checkpoint_paths: "{n}"\n' for n in names)
-    with open(path + ".tmp", "w") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
+    files.replace_text(path, text)
 
 
 def intact_checkpoint(ckpt_dir: str, log: Callable[[str], None], *, repair: bool = True) -> str | None:
@@ -133,14 +138,14 @@ def intact_checkpoint(ckpt_dir: str, log: Callable[[str], None], *, repair: bool
         log(f"The checkpoint state file of {ckpt_dir} was missing or stale; found {latest} from the files present")
     if repair:
         kept = [os.path.join(ckpt_dir, f"ckpt-{s}") for s in sorted(steps) if s <= chosen]
-        _write_state(ckpt_dir, [p for p in kept if os.path.exists(p + ".index")])
+        _write_state(ckpt_dir, [p for p in kept if files.exists(p + ".index")])
     return latest
 
 
 def _remove_partial(prefix: str) -> None:
-    shutil.rmtree(prefix + "_temp", ignore_errors=True)
+    files.rmtree(prefix + "_temp")
     for path in _files(prefix):
-        os.remove(path)
+        files.remove(path)
 
 
 def save_verified(checkpoint: tf.train.Checkpoint, ckpt_dir: str, step: int, keep: int, *, chief: bool = True) -> str:
@@ -152,7 +157,7 @@ def save_verified(checkpoint: tf.train.Checkpoint, ckpt_dir: str, step: int, kee
         checkpoint read back wrong; the older checkpoints are untouched.
     """
     prefix = os.path.join(ckpt_dir, f"ckpt-{step}")
-    os.makedirs(ckpt_dir, exist_ok=True)
+    files.makedirs(ckpt_dir)
     try:
         checkpoint.save_counter.assign_add(1)  # stored as `save` would: `restore` expects every object bound
         checkpoint.write(prefix)

@@ -19,6 +19,8 @@ import keras
 import tensorflow as tf
 
 from augself_tf.models.vit import VIT_SIZES
+from augself_tf.runtime import files
+from augself_tf.training.checkpoint_files import checkpoint_reader
 
 RUN_FILE = "run.json"
 _STATE = "state"
@@ -118,7 +120,7 @@ def restore(checkpoint: tf.train.Checkpoint, path: str, state: Mapping[str, tf.V
       CheckpointMismatchError: a checkpoint of the position-keyed layout (before this module), or one whose
         variables differ from the model's (named, with shapes).
     """
-    saved = dict(tf.train.list_variables(path))
+    saved = checkpoint_reader(path).get_variable_to_shape_map()
     if not any(name.startswith(_STATE + "/") for name in saved):
         raise CheckpointMismatchError(
             f"{path} is a checkpoint of an older augself-tf (variables keyed by position, trained before input "
@@ -153,8 +155,7 @@ def _recorded(path: str) -> tuple[dict, dict]:
     """The ``model`` settings and the ``derived`` method options recorded in run.json at ``path``; a file that
     is not that is one line naming it."""
     try:
-        with open(path) as f:
-            recorded = json.load(f)
+        recorded = json.loads(files.read_text(path))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CheckpointMismatchError(f"{path} cannot be read as run settings ({err}); restore it from a copy, or "
                                       "use a new --model_dir") from None
@@ -176,7 +177,7 @@ def recorded_derived(model_dir: str, method_options: Mapping) -> dict:
     queue size from its batch and data, ...) that ``method_options`` (this run's flags) leaves unset: a resume
     reuses them, whatever its batch, so its variables keep their shapes. {} for a new run."""
     path = os.path.join(model_dir, RUN_FILE)
-    if not os.path.exists(path):
+    if not files.exists(path):
         return {}
     return {k: v for k, v in _recorded(path)[1].items() if method_options.get(k) is None}
 
@@ -206,7 +207,7 @@ def check_run_settings(model_dir: str, settings: Mapping, *, write: bool, derive
     """
     path = os.path.join(model_dir, RUN_FILE)
     current, derived_now = dict(settings), dict(derived or {})
-    if os.path.exists(path):
+    if files.exists(path):
         recorded, derived_then = _recorded(path)
         # A setting an older run.json does not hold was not checked then: it is recorded from now on. Unset
         # method options are not recorded, so every option either side holds is compared; a derived one only
@@ -231,16 +232,13 @@ def check_run_settings(model_dir: str, settings: Mapping, *, write: bool, derive
         current = {**current, **recorded, **split}
     else:
         ckpt_dir = os.path.join(model_dir, "checkpoints")
-        if os.path.isdir(ckpt_dir) and any(n.startswith("ckpt-") for n in os.listdir(ckpt_dir)):
+        if files.isdir(ckpt_dir) and any(n.startswith("ckpt-") for n in files.listdir(ckpt_dir)):
             # Without the record, other settings whose variables have the same shapes (input statistics, method
             # options, the conditioning set) would restore silently and the record be rewritten to match them.
             raise CheckpointMismatchError(f"{path} is missing but {ckpt_dir} holds checkpoints: the settings they "
                                           "were trained with cannot be checked; restore run.json, or use a new "
                                           "--model_dir")
     if write:
-        os.makedirs(model_dir, exist_ok=True)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"model": current, **({"derived": derived_now} if derived_now else {})}, f, indent=1,
-                      sort_keys=True)
-        os.replace(tmp, path)
+        files.makedirs(model_dir)
+        files.replace_text(path, json.dumps({"model": current, **({"derived": derived_now} if derived_now else {})},
+                                            indent=1, sort_keys=True))

@@ -23,6 +23,7 @@ from augself_tf.data.source_base import SourceInfo
 from augself_tf.data.sources import source_info
 from augself_tf.methods import derived_options
 from augself_tf.methods.augself_model import PretrainData
+from augself_tf.runtime import files
 from augself_tf.runtime.determinism import make_deterministic
 from augself_tf.runtime.preemption import StopSignals
 from augself_tf.runtime.run_lock import RunLock
@@ -93,12 +94,11 @@ class RunStart:
 
 def check_model_dir(model_dir: str) -> None:
     """Creates ``model_dir`` and proves it writable; a file there or an unwritable place is one ValueError line."""
-    if os.path.exists(model_dir) and not os.path.isdir(model_dir):
+    if files.exists(model_dir) and not files.isdir(model_dir):
         raise ValueError(f"--model_dir {model_dir} is a file, not a directory; choose another --model_dir")
     try:
-        os.makedirs(model_dir, exist_ok=True)
-        with tempfile.TemporaryFile(dir=model_dir):
-            pass
+        files.makedirs(model_dir)
+        files.check_writable(model_dir)
     except OSError as err:
         raise ValueError(f"--model_dir {model_dir} is not writable ({err.strerror or err}); choose another "
                          "--model_dir") from None
@@ -152,7 +152,7 @@ def prepare(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> 
     info, data = _run_length(cfg)
     monitor_plan = plan_monitors(cfg, info.num_examples)  # bad monitor flags fail before the model is built
     input_mean, input_std = cfg.model.input_statistics(info.mean, info.std)
-    model_dir = os.path.abspath(cfg.model_dir)
+    model_dir = files.absolute(cfg.model_dir)  # a gs:// URL as given
     lock = None
     if chief:  # other workers write to scratch directories: the chief's lock covers the run
         check_model_dir(model_dir)
