@@ -141,10 +141,7 @@ def test_a_takeover_landing_between_the_heartbeats_read_and_its_write_is_not_wri
         text = real_read(path)
         reads.append(text)
         if len(reads) == 1:  # the beat's first read: its own token; the takeover lands now
-            taker = run_lock._Files(lock.path)
-            if taker.remote:  # TensorFlow's ram:// appends to an existing file where GCS replaces the object
-                taker.remove()
-            taker.write(theirs)
+            run_lock._Files(lock.path).write(theirs)
         return text
 
     monkeypatch.setattr(files, "read", read_then_taken_over)
@@ -156,6 +153,26 @@ def test_a_takeover_landing_between_the_heartbeats_read_and_its_write_is_not_wri
     monkeypatch.setattr(files, "read", real_read)
     lock.release()
     assert real_read() == theirs  # released without removing the taker's lock
+
+
+def test_heartbeats_on_a_gfile_url_leave_one_holders_lock_that_the_release_removes(monkeypatch):
+    """TensorFlow's ram:// appends a write to an existing file: a heartbeat that wrote in place would leave two
+    holders' texts, which no later run could read."""
+    monkeypatch.setattr(run_lock, "SETTLE_SECONDS", 0.01)
+    ticks = iter(range(1000, 2000))
+    lock = RunLock(f"ram://run_lock_beats_{uuid.uuid4().hex}", clock=lambda: float(next(ticks)))
+    lock.acquire()
+    try:
+        for _ in range(3):
+            assert lock.beat() is True
+        held = json.loads(lock.files.read())
+        assert held["token"] == lock.holder.token and held["heartbeat"] == lock.holder.heartbeat > held["since"]
+    finally:
+        lock.release()
+    assert lock.files.read() is None
+    again = RunLock(lock.model_dir)  # the next run takes it at once
+    again.acquire()
+    again.release()
 
 
 def test_a_takeover_cannot_start_while_a_heartbeat_holds_the_guard_and_sees_its_outcome(tmp_path, monkeypatch):

@@ -142,11 +142,16 @@ class _Files:
         ``still_wanted`` is asked last, just before the replace, and False leaves the file as it is (and returns
         False): the content is staged first so that nothing slow stands between that answer and the replace.
         """
-        if self.remote:  # an object store replaces an object whole; staging would be a second upload
-            if not still_wanted():
-                return False
-            with self.gfile.GFile(self.path, "w") as f:
+        if self.remote:
+            # Staged as a new object and renamed over the lock: an object store replaces the object whole, and a
+            # file system whose write to an existing file appends (TensorFlow's ram://) keeps one holder's text.
+            tmp = f"{self.path}.{uuid.uuid4().hex}.tmp"
+            with self.gfile.GFile(tmp, "w") as f:
                 f.write(text)
+            if not still_wanted():
+                self.gfile.remove(tmp)
+                return False
+            self.gfile.rename(tmp, self.path, overwrite=True)
             return True
         tmp = f"{self.path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
