@@ -148,8 +148,13 @@ def replace_text(path: str, text: str) -> None:
             f.write(text)
         os.replace(path + ".tmp", path)
         return
+    _replace_url(path, text)
+
+
+def _replace_url(path: str, data: str | bytes) -> None:
+    """A URL's file replaced by a new object renamed over it (the module's docstring)."""
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"  # a new name: ram:// appends to an existing file
-    _write_new(tmp, text)
+    _write_new(tmp, data)
     try:
         rename(tmp, path)
     except OSError:
@@ -168,14 +173,12 @@ def write_text(path: str, text: str) -> None:
 
 
 def write_bytes(path: str, data: bytes) -> None:
-    """Writes the file in place (a URL: one new object, as :func:`replace_text`)."""
+    """Writes the file in place (a URL: as :func:`replace_text`)."""
     if not is_url(path):
         with open(path, "wb") as f:
             f.write(data)
         return
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-    _write_new(tmp, data)
-    rename(tmp, path)
+    _replace_url(path, data)
 
 
 def check_writable(directory: str) -> None:
