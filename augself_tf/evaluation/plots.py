@@ -14,7 +14,7 @@ from augself_tf.runtime import files
 
 
 def _save(fig: Figure, path: str) -> str:
-    files.makedirs(files.parent(path) or ".")
+    files.makedirs(files.parent(path))
     FigureCanvasAgg(fig)
     if files.is_url(path):  # matplotlib writes local files only
         buffer = io.BytesIO()

@@ -86,7 +86,7 @@ def save_records(records: Sequence[dict], path: str, *, merge: bool = True) -> l
     new = {record_key(r): r for r in records}
     out = [new.pop(record_key(r), r) for r in existing]
     out.extend(r for r in records if record_key(r) in new)
-    files.makedirs(files.parent(path) or ".")
+    files.makedirs(files.parent(path))
     files.replace_text(path, json.dumps(out, indent=1))
     return out
 

@@ -71,6 +71,14 @@ def exists(path: str) -> bool:
         return gfile.exists(path)
 
 
+def mtime(path: str) -> float:
+    """The file's modification time in seconds since the epoch."""
+    if not is_url(path):
+        return os.stat(path).st_mtime
+    with _gfile(path) as gfile:
+        return gfile.stat(path).mtime_nsec / 1e9
+
+
 def isdir(path: str) -> bool:
     if not is_url(path):
         return os.path.isdir(path)
@@ -151,10 +159,21 @@ def replace_text(path: str, text: str) -> None:
     _replace_url(path, text)
 
 
+def staged(path: str, data: str | bytes) -> str:
+    """Writes ``data`` under a new name beside ``path`` (``<path>.tmp-<hex>``) and returns that name, for a
+    :func:`rename` over ``path`` (or a :func:`remove` when the replace is no longer wanted)."""
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"  # a new name: ram:// appends to an existing file
+    if is_url(tmp):
+        _write_new(tmp, data)
+    else:
+        with open(tmp, "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
+    return tmp
+
+
 def _replace_url(path: str, data: str | bytes) -> None:
     """A URL's file replaced by a new object renamed over it (the module's docstring)."""
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"  # a new name: ram:// appends to an existing file
-    _write_new(tmp, data)
+    tmp = staged(path, data)
     try:
         rename(tmp, path)
     except OSError:

@@ -38,6 +38,8 @@ import time
 import uuid
 from collections.abc import Callable
 
+from augself_tf.runtime import files
+
 LOCK_NAME = "run.lock"
 #: Seconds between heartbeats; a holder on another host is stale after STALE_INTERVALS of them without one.
 HEARTBEAT_SECONDS = 30.0
@@ -114,74 +116,51 @@ def _parse(text: str) -> Holder | None:
 
 
 class _Files:
-    """The few file operations the lock needs, on a local path (os) or a tf.io.gfile URL."""
+    """The lock's file operations on a local path or a tf.io.gfile URL (augself_tf/runtime/files.py), with the two
+    it adds: create-exclusive, and a replace that asks last whether it is still wanted."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.remote = "://" in path
-        self.errors: tuple[type[BaseException], ...] = (OSError, UnicodeDecodeError)
-        if self.remote:
-            import tensorflow as tf  # only for gs:// and the like
-
-            self.gfile = tf.io.gfile
-            self.errors += (tf.errors.OpError,)
+        self.remote = files.is_url(path)
 
     def read(self, path: str | None = None) -> str | None:
-        path = path or self.path
         try:
-            if self.remote:
-                with self.gfile.GFile(path) as f:
-                    return f.read()
-            return _read_text(path)
-        except self.errors:  # absent (released) or unreadable
+            return files.read_text(path or self.path)
+        except (OSError, UnicodeDecodeError):  # absent (released) or unreadable
             return None
 
     def write(self, text: str, still_wanted: Callable[[], bool] = lambda: True) -> bool:
-        """Replaces the file's content (atomic: a reader sees the old or the new content).
+        """Replaces the file's content (a reader sees the old or the new content; a URL: files.py's docstring).
 
         ``still_wanted`` is asked last, just before the replace, and False leaves the file as it is (and returns
         False): the content is staged first so that nothing slow stands between that answer and the replace.
         """
-        if self.remote:
-            # Staged as a new object and renamed over the lock: an object store replaces the object whole, and a
-            # file system whose write to an existing file appends (TensorFlow's ram://) keeps one holder's text.
-            tmp = f"{self.path}.{uuid.uuid4().hex}.tmp"
-            with self.gfile.GFile(tmp, "w") as f:
-                f.write(text)
-            if not still_wanted():
-                self.gfile.remove(tmp)
-                return False
-            self.gfile.rename(tmp, self.path, overwrite=True)
-            return True
-        tmp = f"{self.path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
+        tmp = files.staged(self.path, text)
         if not still_wanted():
-            os.remove(tmp)
+            files.remove(tmp)
             return False
-        os.replace(tmp, self.path)
+        files.rename(tmp, self.path)
         return True
 
     def remove(self, path: str | None = None) -> None:
         try:
-            self.gfile.remove(path or self.path) if self.remote else os.remove(path or self.path)
-        except self.errors:  # already gone, or gone with its directory: nothing to release
+            files.remove(path or self.path)
+        except OSError:  # already gone, or gone with its directory: nothing to release
             pass
 
     def mtime(self, path: str) -> float | None:
         try:
-            return os.stat(path).st_mtime if not self.remote else self.gfile.stat(path).mtime_nsec / 1e9
-        except self.errors:
+            return files.mtime(path)
+        except OSError:
             return None
 
     def create(self, text: str, path: str | None = None) -> bool:
         """Writes ``path`` with ``text`` unless it exists; False when it does (see the module's guarantees)."""
         path = path or self.path
         if self.remote:  # no create-exclusive in tf.io.gfile: write if absent, then read back after a settle
-            if self.gfile.exists(path):
+            if files.exists(path):
                 return False
-            with self.gfile.GFile(path, "w") as f:
-                f.write(text)
+            files.write_text(path, text)
             time.sleep(SETTLE_SECONDS)
             return self.read(path) == text
         tmp = f"{path}.{uuid.uuid4().hex}.tmp"
