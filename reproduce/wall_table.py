@@ -1,5 +1,7 @@
 """The wall-time table of a report: every arm's training and evaluation time, how much of the training was steps and
-monitors (entries that record it), seconds per step, machines and commits.
+monitors (entries that record it), seconds per step, machines and commits; then where an arm's time goes, per arm
+group (the arm without its seed) and machine: the median minutes of steps, monitors, the rest of the training
+process and each evaluation call.
 
 Both suites' reports end with it (reproduce/main_report.py, reproduce/looc_report.py); machines are lettered in
 the order they first appear, with a legend below the table.
@@ -7,6 +9,8 @@ the order they first appear, with a legend below the table.
 
 from __future__ import annotations
 
+import re
+import statistics
 from collections.abc import Sequence
 
 from reproduce.arm_settings import sort_key
@@ -47,5 +51,44 @@ def wall_table(entries: Sequence[dict]) -> tuple[str, list[str]]:
         lines.append(f"| {e['arm']} | {t['seconds'] / 60:.1f} | {split} | {'—' if sps is None else f'{sps:.3g}'} | "
                      f"{e['evaluation']['seconds'] / 60:.1f} | {', '.join(labels)} | {', '.join(commits)} |")
     legend = [f"- {chr(ord('A') + i)}: {m}" for i, m in enumerate(machines)]
-    return "\n".join(lines), legend
+    split = time_split_table(entries, machines)
+    return "\n".join(lines) + ("\n\n" + split if split else ""), legend
+
+
+def time_split_table(entries: Sequence[dict], machines: Sequence[str]) -> str:
+    """Where an arm's time goes: per arm group and machine (a letter of ``machines``), the median minutes over its
+    entries that record the steps / monitors split; '' when none does. Entries trained over several sessions are
+    left out (their machine is not one)."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for e in sorted(entries, key=sort_key):
+        t = e["training"]
+        if "step_seconds" not in t or len(t["sessions"]) > 1:
+            continue
+        machine = t["sessions"][0]["machine"] if t["sessions"] else e["machine"]
+        letter = chr(ord("A") + list(machines).index(machine_label(machine)))
+        groups.setdefault((re.sub(r"-s\d+$", "", e["name"]), letter), []).append(e)
+    if not groups:
+        return ""
+
+    def minutes(values: list[float]) -> str:
+        return f"{statistics.median(values) / 60:.1f}"
+
+    lines = ["Where an arm's time goes (median minutes over the arm group's seeds, per machine; \"rest\" is the "
+             "training process's start-up, tracing, precise BN, checkpoints and export; each evaluation call is a "
+             "process of its own):", "",
+             "| arm group | machine | arms | steps | monitors | rest | evaluation calls | total |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (group, letter), members in groups.items():
+        ts = [e["training"] for e in members]
+        calls: dict[str, list[float]] = {}
+        for e in members:
+            for name, call in e["evaluation"].get("calls", {}).items():
+                calls.setdefault(name, []).append(call["seconds"])
+        call_cell = ", ".join(f"{name} {minutes(v)}" for name, v in calls.items()) or "—"
+        lines.append(
+            f"| {group} | {letter} | {len(members)} | {minutes([t['step_seconds'] for t in ts])} | "
+            f"{minutes([t['monitor_seconds'] for t in ts])} | "
+            f"{minutes([t['seconds'] - t['step_seconds'] - t['monitor_seconds'] for t in ts])} | {call_cell} | "
+            f"{minutes([e['training']['seconds'] + e['evaluation']['seconds'] for e in members])} |")
+    return "\n".join(lines)
 

@@ -6,6 +6,7 @@ import dataclasses
 import importlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -26,6 +27,7 @@ from reproduce import (
     run_directory,
     seed_cells,
     time_estimates,
+    wall_table,
 )
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -180,6 +182,33 @@ def test_report_tables_seeds_paper_and_wall_time(tmp_path):
     png = main_report.plot_curves(entries + moco, str(tmp_path / "c.png"))
     assert png and os.path.getsize(png) > 5000
     assert main_report.plot_curves(moco, str(tmp_path / "none.png")) is None  # no monitor points: no picture
+
+
+def test_where_an_arms_time_goes_takes_medians_per_arm_group_and_machine():
+    def timed(seed: int, steps: float, monitors: float, machine: dict = MACHINE, sessions: int = 1) -> dict:
+        e = entry(arm_of("simsiam", "none", seed), {FL: 50.0}, seconds=steps + monitors + 60.0, machine=machine)
+        e["training"].update(step_seconds=steps, monitor_seconds=monitors)
+        e["training"]["sessions"] *= sessions
+        e["evaluation"]["calls"] = {c: {"seconds": 6.0 * (seed + 1), "command": []} for c in ("in_domain", "flowers")}
+        e["evaluation"]["seconds"] = 12.0 * (seed + 1)
+        return e
+
+    other = {**MACHINE, "cpu": "Other CPU"}
+    # Machine A: steps 600, 1200, 900 s (median 15 min), monitors 60, 120, 180 (median 2 min), rest 1 min each;
+    # evaluation calls 6, 12, 18 s (median 0.2 min each); totals 733, 1393, 1273 + ... -> median of 13.3, 23.2, 21.3.
+    entries = [timed(0, 600, 60), timed(1, 1200, 120), timed(2, 900, 180),
+               timed(0, 300, 30, machine=other),   # machine B: a group of its own
+               timed(1, 5000, 10, sessions=2)]     # trained over two sessions: left out
+    table, legend = wall_table.wall_table(entries)
+    rows = [x for x in table.splitlines() if x.startswith("| tiny-simsiam-base |")]
+    group = arm_of("simsiam", "none", 0).name.rsplit("-s", 1)[0]
+    assert group == "tiny-simsiam-base"
+    a_total = statistics.median([600 + 60 + 60 + 12, 1200 + 120 + 60 + 24, 900 + 180 + 60 + 36]) / 60
+    assert rows[0] == f"| tiny-simsiam-base | A | 3 | 15.0 | 2.0 | 1.0 | in_domain 0.2, flowers 0.2 | {a_total:.1f} |"
+    assert rows[1] == "| tiny-simsiam-base | B | 1 | 5.0 | 0.5 | 1.0 | in_domain 0.1, flowers 0.1 | 6.7 |"
+    assert len(rows) == 2 and len(legend) == 2
+    # Entries without the split give no such table.
+    assert "Where an arm's time goes" not in wall_table.wall_table([entry(arm_of("moco", "none", 0), {FL: 1.0})])[0]
 
 
 def test_the_floor_is_a_column_of_its_sections_tables():
