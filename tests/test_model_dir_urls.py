@@ -25,6 +25,11 @@ gfile = tf.io.gfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+#: A staged run.json and checkpoint index never renamed, an export's new tree never moved in; and a user's file.
+LEFTOVERS = ("run.json.tmp-0123abcd", "checkpoints/checkpoint.tmp-deadbeef", ".saved_model.tmp-89abcdef/saved_model.pb")
+KEPT = "notes.tmp-mine"
+
+
 @pytest.fixture(scope="module")
 def runs():
     """Two calls of ``train`` on one ram:// model_dir: 2 steps without an export, then resumed to 4 and exported;
@@ -35,6 +40,10 @@ def runs():
         mp.setattr(run_lock, "SETTLE_SECONDS", 0.01)  # the lock's read-back wait on a URL
         first = train(cfg)
         run_json = files.read_text(f"{model_dir}/run.json")  # as the first run left it
+        for name in LEFTOVERS:  # what a run killed mid-write leaves (an export's tree is made as a directory)
+            files.makedirs(files.parent(f"{model_dir}/{name}"))
+            files.write_text(f"{model_dir}/{name}", "half-written")
+        files.write_text(f"{model_dir}/{KEPT}", "mine")
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             second = train(replace_config(cfg, max_steps=4, export=True, verbose=1))
@@ -61,6 +70,27 @@ def test_a_second_call_resumes_at_the_step_the_first_stopped(runs):
     assert f"Resumed from {d}/checkpoints/ckpt-2" in runs["log"], runs["log"][-2000:]
     assert runs["second"].steps == 4
     assert intact_checkpoint(f"{d}/checkpoints", print) == f"{d}/checkpoints/ckpt-4"
+
+
+def test_the_resume_removes_what_a_killed_run_left_half_written_and_nothing_else(runs):
+    d = runs["dir"]
+    assert ("Removed what a killed run left half-written in " + d + ": .saved_model.tmp-89abcdef, "
+            "run.json.tmp-0123abcd, checkpoint.tmp-deadbeef") in runs["log"], runs["log"][-2000:]
+    assert not [n for n in LEFTOVERS if gfile.exists(f"{d}/{n}")]
+    assert not gfile.exists(f"{d}/.saved_model.tmp-89abcdef")
+    assert files.read_text(f"{d}/{KEPT}") == "mine"
+
+
+def test_leftovers_on_a_local_path(tmp_path):
+    (tmp_path / ".saved_model.old-0a1b2c3d").mkdir()
+    (tmp_path / ".saved_model.old-0a1b2c3d" / "x").write_text("old export")
+    (tmp_path / "run.lock.tmp-00ff00ff").write_text("{}")
+    kept = ("run.json", "run.json.tmp", "saved_model.tmp-0a1b2c3d9", "notes.tmp-ABCDEF12")
+    for name in kept:
+        (tmp_path / name).write_text("kept")
+    assert files.remove_leftovers(str(tmp_path)) == [".saved_model.old-0a1b2c3d", "run.lock.tmp-00ff00ff"]
+    assert sorted(os.listdir(tmp_path)) == sorted(kept)
+    assert files.remove_leftovers(str(tmp_path / "absent")) == []
 
 
 def test_the_export_is_written_under_the_url_loads_and_a_rerun_replaces_it(runs):

@@ -9,7 +9,8 @@ What is left of atomicity on a URL:
 
 - :func:`replace_text` writes a fresh temporary object, then renames it over the file. On GCS the rename is a
   server-side copy then a delete, and the copy replaces the object whole (as a single upload would), so a reader
-  sees the old or the new content, never a mix; a kill between the two leaves a stray ``*.tmp-<hex>``. A direct
+  sees the old or the new content, never a mix; a kill between the two leaves a stray ``*.tmp-<hex>``
+  (:func:`remove_leftovers`, called when the next run takes the directory's lock). A direct
   write would give GCS readers the same, but not a file system whose writes show as they go (HDFS), nor
   TensorFlow's ``ram://``, whose writes append to an existing file.
 - :func:`replace_dir` (the export): the new tree is written beside the old one, so a failed write keeps the old;
@@ -23,6 +24,7 @@ import contextlib
 import errno
 import glob as _glob
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -219,6 +221,28 @@ def sibling(path: str, label: str) -> str:
     """A new hidden name beside ``path``: ``.<name>.<label>-<hex>`` in its directory."""
     path = absolute(path)
     return os.path.join(parent(path), f".{os.path.basename(path)}.{label}-{uuid.uuid4().hex[:8]}")
+
+
+#: What :func:`staged` and :func:`sibling` name: ``<name>.tmp-<hex>``, ``.<name>.<label>-<hex>``.
+_LEFTOVER = re.compile(r"^(\..+\.[a-z]+|.+\.tmp)-[0-9a-f]{8}$")
+
+
+def remove_leftovers(directory: str) -> list[str]:
+    """Removes the temporaries a killed writer left in ``directory`` (a staged file not renamed yet, an export's
+    new or old tree); returns their names. Only for a directory no one else writes to (a run holding its lock).
+    """
+    try:
+        names = [n for n in listdir(directory) if _LEFTOVER.match(n)]
+    except OSError:  # absent: nothing left over
+        return []
+    for name in names:
+        path = f"{directory.rstrip('/')}/{name}"
+        if isdir(path):
+            rmtree(path)
+        else:
+            with contextlib.suppress(OSError):
+                remove(path)
+    return sorted(names)
 
 
 def replace_dir(new: str, path: str, last: str) -> None:

@@ -159,6 +159,9 @@ def prepare(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> 
         # Before anything reads or repairs the directory: a second run must not touch a live run's files.
         lock = held.enter_context(RunLock(model_dir, log=log))
         stop.before_exit_now.append(lock.release)
+        left = [n for d in (model_dir, f"{model_dir}/checkpoints") for n in files.remove_leftovers(d)]
+        if left:
+            log(f"Removed what a killed run left half-written in {model_dir}: {', '.join(left)}")
     # Before anything is built: a resume with other model settings stops at once, naming the flags. The file
     # is written once the model is built, so that settings no model can be built from are never recorded.
     model_settings = cfg.model.checked_settings(input_mean, input_std)
