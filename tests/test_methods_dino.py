@@ -42,8 +42,10 @@ from augself_tf.methods.model_config import WIDTH_DEFAULT
 from augself_tf.models import vit
 from augself_tf.models.vit import ViTSize, build_vit
 from augself_tf.objectives.conditioning import Conditioning
+from augself_tf.training import step_loop
 from augself_tf.training.loop import train
 from augself_tf.training.optim import build_optimizer
+from augself_tf.training.step_loop import build_monitors
 
 HEAD = {"dino_out_dim": 12, "dino_hidden": 10, "dino_bottleneck": 6}
 LOCAL = 4  # side of the local crops of the test batches
@@ -321,6 +323,27 @@ def test_a_two_replica_multi_crop_run_with_augself_exports_the_backbone_alone(tm
     assert {"dino/teacher_temperature", "augself/crop_loss"} <= set(result.last_logs)
     vit_tokens = ("patch_tokens",) if backbone == "vit_pico" else ()
     assert_export_is_the_backbone(result, signatures=("serving_default", *vit_tokens))
+
+
+def test_the_export_and_the_monitors_are_the_teachers_backbone_as_dino_evaluates_it(tmp_path, monkeypatch):
+    monitored = []
+
+    def recording(plan, cfg, strategy, backbone, *rest):
+        monitored.append(backbone)
+        return build_monitors(plan, cfg, strategy, backbone, *rest)
+
+    monkeypatch.setattr(step_loop, "build_monitors", recording)
+    cfg = tiny_run(str(tmp_path / "run"), method="dino", max_steps=2, export=True, optimizer="adamw", lr=0.05,
+                   method_options=DINO_OPTIONS, monitor="knn", monitor_bank_size=32, monitor_query_size=16)
+    result = train(cfg)
+    model = result.model
+    assert model.evaluated_backbone is model.momentum_encoder.backbone
+    loaded = assert_export_is_the_backbone(result)  # the export gives the teacher's features
+    images = tf.random.stateless_uniform([2, 16, 16, 3], seed=[0, 1])
+    exported = loaded.signatures["serving_default"](images=images)["features"].numpy()
+    student = model.backbone(images, training=False).numpy()
+    assert np.abs(exported - student).max() > 1e-3  # two AdamW steps moved the student away from its EMA
+    assert len(monitored) == 1 and monitored[0] is model.momentum_encoder.backbone
 
 
 DINO_RUN = ("--method=dino", "--backbone=vit_pico", "--patch_size=8", "--augself=crop,color", "--local_crops=2",

@@ -135,6 +135,12 @@ class AugSelfModel(keras.Model):
         del options
         return ()
 
+    @property
+    def evaluated_backbone(self) -> keras.Model:
+        """The backbone a run exports and its monitors read: the trained one (DINO: its teacher, the network DINO
+        evaluates)."""
+        return self.backbone
+
     def exported_features(self) -> dict[str, keras.layers.Layer]:
         """Extra SavedModel signatures beside the backbone's: {signature name: layer mapping backbone features
         [N, d] to a representation [N, k]} (LooC's ``looc_plus_features``). Default: none."""

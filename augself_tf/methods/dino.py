@@ -189,6 +189,12 @@ class DINO(MomentumMethod):
         self.center = self.add_weight(shape=(1, self.method_options.dino_out_dim), initializer="zeros",
                                       trainable=False, name="center", aggregation="none", autocast=False)
 
+    @property
+    def evaluated_backbone(self) -> keras.Model:
+        """The teacher's backbone: DINO evaluates the teacher (eval_knn.py and eval_linear.py default to
+        ``--checkpoint_key teacher``), which leads the student through training."""
+        return self.momentum_encoder.backbone
+
     def held_variables(self) -> tuple[list[tf.Variable], int]:
         """The student head's last layer, for the first ``freeze_last_layer_epochs`` epochs."""
         return self.projector.last_layer_variables(), self.method_options.freeze_last_layer_epochs * \

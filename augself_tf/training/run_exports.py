@@ -1,5 +1,6 @@
-"""What a finished run exports: the backbone as trained (``saved_model/``) and, when asked, a copy whose BN statistics
-are recomputed on the pretraining images (``saved_model_precise_bn/``, augself_tf/export/precise_bn.py)."""
+"""What a finished run exports: the backbone as trained (``saved_model/``; the method's ``evaluated_backbone``, DINO's
+teacher) and, when asked, a copy whose BN statistics are recomputed on the pretraining images
+(``saved_model_precise_bn/``, augself_tf/export/precise_bn.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from augself_tf.training.train_config import TrainConfig
 def export_run(cfg: TrainConfig, model: AugSelfModel, model_dir: str, log: Callable[[str], None]) -> str:
     """Writes ``model_dir/saved_model`` (and ``saved_model_precise_bn`` with ``--precise_bn_images``); returns the
     first's path."""
-    path = export_backbone(model.backbone, os.path.join(model_dir, "saved_model"), model.exported_features())
+    path = export_backbone(model.evaluated_backbone, os.path.join(model_dir, "saved_model"), model.exported_features())
     if cfg.precise_bn_images:
         export_precise_bn(cfg, model, os.path.join(model_dir, "saved_model_precise_bn"), log)
     return path
@@ -38,7 +39,7 @@ def export_precise_bn(cfg: TrainConfig, model: AugSelfModel, path: str, log: Cal
     images = images.map(lambda ex: preprocess(ex["image"], size), num_parallel_calls=tf.data.AUTOTUNE)
     # Whole batches only, as fvcore's update_bn_stats, unless the images do not fill one.
     batch = min(cfg.batch_size, cfg.precise_bn_images)
-    backbone = single_device_copy(model.backbone)
+    backbone = single_device_copy(model.evaluated_backbone)
     batches = recompute_bn_statistics(backbone, images.batch(batch, drop_remainder=True))
     if not batches:
         raise ValueError(f"--precise_bn_images: '{cfg.dataset}' split '{cfg.split}' has fewer than {batch} images")

@@ -76,8 +76,8 @@ class StepLoop:
         self.progress = Progress(self.total_steps, "pretrain", enabled=bool(cfg.verbose), line_multiple=cfg.log_every)
         self.monitors = None
         if start.monitor_plan is not None and self.step < self.total_steps:
-            self.monitors = build_monitors(start.monitor_plan, cfg, start.strategy, self.model.backbone, self.writer,
-                                           start.log)
+            self.monitors = build_monitors(start.monitor_plan, cfg, start.strategy, self.model.evaluated_backbone,
+                                           self.writer, start.log)
         self.monitor_every = self.steps_per_epoch * cfg.monitor_every
         self.checkpoint_every = cfg.checkpoint_every or self.steps_per_epoch
         self.last_logs: dict = {}
