@@ -230,6 +230,16 @@ QUICK_BUDGET = Budget(epochs=1, width=0.0625, image_size=32, batch_size=32, back
 # fills with stale keys of the very images it contrasts against (docs/results.md, "MoCo queue").
 MOCO_QUEUE = 2048
 MONITOR_FLAGS = (("monitor", "auto"), ("monitor_every", "2"))
+# DINO's method (facebookresearch/dino main_dino.py defaults) with the CPU head (a quarter of its width, K = 4096) and
+# 4 local crops of 32 px: what every DINO arm sets besides its recipe and its architecture's crop scales.
+DINO_METHOD = (("dino_out_dim", "4096"), ("dino_hidden", "512"), ("dino_bottleneck", "256"),
+               ("norm_last_layer", "true"), ("student_temperature", "0.1"), ("warmup_teacher_temperature", "0.04"),
+               ("teacher_temperature", "0.04"), ("teacher_temperature_epochs", "0"), ("center_momentum", "0.9"),
+               ("teacher_momentum", "0.996"), ("freeze_last_layer_epochs", "1"), ("global_crops", "2"),
+               ("local_crops", "4"), ("local_crop_size", "32"), ("asymmetric_views", "true"), ("blur_prob", "0.5"),
+               ("solarize_prob", "0.0"))
+# DINO's ResNet-50 crops (its README command): global 0.14-1, local 0.05-0.14.
+DINO_RESNET_CROPS = (("global_crop_scale", "0.14,1"), ("local_crop_scale", "0.05,0.14"))
 FLOOR_SEEDS = (0, 1, 2)
 # BN statistics recomputed on the first 3,500 images of the pretraining split (all of tiny-imagenet-mini's train split:
 # 27 batches of 128) under the evaluation transform, for every arm of a comparison: no objective's extra views reach

@@ -13,7 +13,8 @@ flags/base/dino_tiny.cfg; docs/experiments.md, "The ViT and DINO evidence"), exc
 - DINO runs 4 local crops of 32 px, not the flagfile's 8: half the student's cost on 2 cores, and AugSelf reads only
   the two global crops;
 - DINO on the ResNet: DINO's ResNet-50 recipe (SGD 0.03·B/256, weight decay 1e-4, global crops 0.14-1, local
-  0.05-0.14), the CPU head of its ViT setting.
+  0.05-0.14), the CPU head of its ViT setting; its base stayed at the floor over this budget, so DINO ± AugSelf also
+  train at the recipe sweep's choice for DINO (tagged ``ledger``), listed once that sweep is complete.
 
 Each architecture has its never-trained floor at the floor's seeds: the ViT with MoCo v3's fixed sin-cos position
 embedding and frozen patch projection (``+sincos``), the ViT with DINO's learned position embedding (``+learned``),
@@ -46,25 +47,23 @@ MOCOV3_VIT = (*SINCOS_VIT, ("optimizer", "adamw"), ("lr", "1.5e-4"), ("weight_de
               ("crop_min_scale", "0.08"), *MOCOV3)
 # MoCo v3's ResNet-50 setting (CONFIG.md, 100 epochs: T 1.0, its default; crop min 0.2), at MoCo v2's ledger recipe.
 MOCOV3_RESNET = (("temperature", "1.0"), ("crop_min_scale", "0.2"), *MOCOV3)
-# DINO (facebookresearch/dino main_dino.py defaults) with the CPU head and 4 local crops of 32 px.
-DINO = (("dino_out_dim", "4096"), ("dino_hidden", "512"), ("dino_bottleneck", "256"), ("norm_last_layer", "true"),
-        ("student_temperature", "0.1"), ("warmup_teacher_temperature", "0.04"), ("teacher_temperature", "0.04"),
-        ("teacher_temperature_epochs", "0"), ("center_momentum", "0.9"), ("teacher_momentum", "0.996"),
-        ("freeze_last_layer_epochs", "1"), ("global_crops", "2"), ("local_crops", "4"), ("local_crop_size", "32"),
-        ("asymmetric_views", "true"), ("blur_prob", "0.5"), ("solarize_prob", "0.0"), ("weight_decay_exclude", "1d"),
-        ("warmup_epochs", "12"))
+# DINO's method with its own recipe's decay rule and warm-up (12 of 120 epochs: DINO's 10 of 100).
+DINO = (*arm_settings.DINO_METHOD, ("weight_decay_exclude", "1d"), ("warmup_epochs", "12"))
 DINO_VIT = (*LEARNED_VIT, ("optimizer", "adamw"), ("lr", "0.0005"), ("weight_decay", "0.04"),
             ("weight_decay_end", "0.4"), ("clip_grad", "3.0"), ("global_crop_scale", "0.4,1"),
             ("local_crop_scale", "0.05,0.4"), *DINO)
-DINO_RESNET = (("optimizer", "sgd"), ("lr", "0.03"), ("weight_decay", "1e-4"), ("global_crop_scale", "0.14,1"),
-               ("local_crop_scale", "0.05,0.14"), *DINO)
+# DINO's ResNet-50 recipe (its README: SGD 0.03·B/256, weight decay 1e-4).
+DINO_RESNET = (("optimizer", "sgd"), ("lr", "0.03"), ("weight_decay", "1e-4"), *arm_settings.DINO_RESNET_CROPS, *DINO)
+# The tag of the DINO ResNet arms at the recipe sweep's choice (its own recipe stays at the floor over this budget).
+LEDGER_TAG = "ledger"
 # What every trained arm adds: the comparison suite's recomputed BN statistics and the held-out kNN monitor.
 COMMON = (*arm_settings.PRECISE_BN_FLAGS, *recipe_arms.SWEEP_MONITOR_FLAGS)
 
 
-def arm(method: str, augself: str, seed: int, budget: Budget, flags: tuple[tuple[str, str], ...]) -> Arm:
+def arm(method: str, augself: str, seed: int, budget: Budget, flags: tuple[tuple[str, str], ...],
+        tag: str = "") -> Arm:
     """One trained arm of the suite."""
-    return Arm("tiny", method, augself, "none", seed, budget, looc_arms.TABLE_EVALS, flags + COMMON, SUITE)
+    return Arm("tiny", method, augself, "none", seed, budget, looc_arms.TABLE_EVALS, flags + COMMON, SUITE, tag=tag)
 
 
 def vit_floor(tag: str, architecture: tuple[tuple[str, str], ...], seed: int) -> Arm:
@@ -78,11 +77,28 @@ def moco_v2_resnet_recipe(entries: Iterable[dict]) -> recipe_arms.Recipe | None:
     return recipe_arms.ledger_recipe(entries, "moco")
 
 
+def dino_resnet_recipe(entries: Iterable[dict]) -> recipe_arms.Recipe | None:
+    """DINO's ledger recipe on the ResNet (None until its sweep is complete)."""
+    return recipe_arms.ledger_recipe(entries, "dino")
+
+
+def dino_resnet_arms(recipe: recipe_arms.Recipe | None, seed: int, budget: Budget) -> list[Arm]:
+    """DINO on the ResNet: at its own ResNet-50 recipe, then ± AugSelf at the sweep's choice once it is known (tagged
+    ``ledger``; if the choice is DINO's own recipe, AugSelf beside that arm instead)."""
+    arms = [arm("dino", "none", seed, budget, DINO_RESNET)]
+    if recipe is not None and recipe.label == recipe_arms.DINO_OWN:
+        arms.append(arm("dino", AUG, seed, budget, DINO_RESNET))
+    elif recipe is not None:
+        flags = (("optimizer", "sgd"), *recipe.flags(), *arm_settings.DINO_RESNET_CROPS, *arm_settings.DINO_METHOD)
+        arms += [arm("dino", aug, seed, budget, flags, LEDGER_TAG) for aug in ("none", AUG)]
+    return arms
+
+
 def vit_arms(moco_recipe: recipe_arms.Recipe | None, epochs: int | None = None,
-             width: float | None = None) -> list[Arm]:
+             width: float | None = None, dino_recipe: recipe_arms.Recipe | None = None) -> list[Arm]:
     """The suite's arms: the floors, MoCo v3 ± AugSelf on the ViT, MoCo v3 on the ResNet (once MoCo v2's recipe is
-    known), DINO ± AugSelf on the ViT, then on the ResNet. ``epochs`` replaces both budgets', ``width`` the
-    ResNet's."""
+    known), DINO ± AugSelf on the ViT, then DINO on the ResNet (:func:`dino_resnet_arms`). ``epochs`` replaces both
+    budgets', ``width`` the ResNet's."""
     resnet = dataclasses.replace(arm_settings.TINY_BUDGET,
                                  **{k: v for k, v in (("epochs", epochs), ("width", width)) if v})
     vit = dataclasses.replace(VIT_BUDGET, epochs=epochs or VIT_BUDGET.epochs)
@@ -94,10 +110,12 @@ def vit_arms(moco_recipe: recipe_arms.Recipe | None, epochs: int | None = None,
         if moco_recipe is not None:
             arms.append(arm("mocov3", "none", seed, resnet, moco_recipe.flags() + MOCOV3_RESNET))
         arms += [arm("dino", aug, seed, vit, DINO_VIT) for aug in ("none", AUG)]
-        arms += [arm("dino", aug, seed, resnet, DINO_RESNET) for aug in ("none", AUG)]
+        arms += dino_resnet_arms(dino_recipe, seed, resnet)
     return arms
 
 
 def suite_arms(entries: Iterable[dict], epochs: int | None = None, width: float | None = None) -> list[Arm]:
-    """The suite's arms as the ledger now stands (MoCo v3 on the ResNet listed once MoCo v2's sweep is complete)."""
-    return vit_arms(moco_v2_resnet_recipe(entries), epochs, width)
+    """The suite's arms as the ledger now stands (MoCo v3 on the ResNet listed once MoCo v2's sweep is complete,
+    DINO's ResNet arms at the ledger recipe once DINO's is)."""
+    entries = list(entries)
+    return vit_arms(moco_v2_resnet_recipe(entries), epochs, width, dino_resnet_recipe(entries))

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from reproduce import aware_report, comparison_arms, comparison_report, doc_blocks, ledger
 from reproduce.arm_settings import NEVER_TRAINED, Arm
 from reproduce.aware_report import Row
-from reproduce.recipe_arms import FALL
+from reproduce.recipe_arms import FALL, Recipe
 from reproduce.report_parts import block_tail
-from reproduce.vit_arms import SUITE, moco_v2_resnet_recipe
+from reproduce.vit_arms import LEDGER_TAG, SUITE, dino_resnet_recipe, moco_v2_resnet_recipe
 
 BEGIN, END = "<!-- reproduce_small_vit:begin -->", "<!-- reproduce_small_vit:end -->"
 COMMAND = ledger.COMMAND + " --suite=vit"
@@ -26,7 +26,11 @@ FLOOR = Row("never trained", "simsiam", NEVER_TRAINED)
 MOCOV3_VIT_ROWS = (FLOOR, Row("MoCo v3", "mocov3", "base"), Row("MoCo v3 + AugSelf", "mocov3", "augself", "MoCo v3"))
 DINO_ROWS = (Row("DINO", "dino", "base"), Row("DINO + AugSelf", "dino", "augself", "DINO"))
 RESNET_ROWS = (FLOOR, Row("MoCo v2 (the comparison's)", "moco", "base"),
-               Row("MoCo v3", "mocov3", "base", "MoCo v2 (the comparison's)"), *DINO_ROWS)
+               Row("MoCo v3", "mocov3", "base", "MoCo v2 (the comparison's)"),
+               Row("DINO (its ResNet-50 recipe)", "dino", "base"),
+               Row("DINO + AugSelf (its ResNet-50 recipe)", "dino", "augself", "DINO (its ResNet-50 recipe)"),
+               Row("DINO (ledger recipe)", "dino", LEDGER_TAG),
+               Row("DINO + AugSelf (ledger recipe)", "dino", f"augself+{LEDGER_TAG}", "DINO (ledger recipe)"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,15 +89,19 @@ def render(entries: Sequence[dict], arms: Sequence[Arm], moco_v2: Sequence[Arm],
     return "\n".join(out).rstrip("\n")
 
 
+def _recipe_text(recipe: Recipe | None, whose: str) -> str:
+    return (f"not chosen yet ({whose} sweep is not complete; its rows are not listed)" if recipe is None
+            else f"{recipe.label} (lr {recipe.lr:g}·B/256, weight decay {recipe.weight_decay:g}, "
+                 f"{recipe.warmup_epochs:g} warm-up epochs)")
+
+
 def report_block(ledger_dir: str, arms: Sequence[Arm], command: str = COMMAND) -> str:
     """The block ``--suite=vit --report_only`` writes, from the ledger's entries of this suite and MoCo v2's."""
     every = ledger.load_entries(ledger_dir)
     moco_v2 = [a for a in comparison_arms.suite_arms(every) if a.method == "moco" and a.variant == "base"]
     ids = {a.id for a in arms} | {a.id for a in moco_v2}
-    recipe = moco_v2_resnet_recipe(every)
-    line = ("not chosen yet (MoCo v2's sweep is not complete; its row is not listed)" if recipe is None
-            else f"{recipe.label} (lr {recipe.lr:g}·B/256, weight decay {recipe.weight_decay:g}, "
-                 f"{recipe.warmup_epochs:g} warm-up epochs)")
+    line = (_recipe_text(moco_v2_resnet_recipe(every), "MoCo v2's") + "; DINO on the ResNet at its ResNet-50 "
+            "recipe and at the sweep's choice for DINO, " + _recipe_text(dino_resnet_recipe(every), "DINO's"))
     label = os.path.relpath(os.path.abspath(ledger_dir), ledger.ROOT).replace(os.sep, "/") + "/"
     return render([e for e in every if e["arm"] in ids], arms, moco_v2, line, label, command,
                   ledger.load_timings(ledger_dir, SUITE))

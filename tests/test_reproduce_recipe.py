@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from reproduce import doc_blocks, ledger, recipe_arms, recipe_report
+from reproduce import arm_settings, doc_blocks, ledger, recipe_arms, recipe_report
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -15,7 +15,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_arms_carry_their_recipe_flags_no_evaluation_and_the_held_out_monitor():
     arms = recipe_arms.sweep_arms()
     assert len({a.id for a in arms}) == len(arms) == len({a.name for a in arms})
-    assert arms[0].name == "tiny-simsiam-paper-s0" and {a.method for a in arms} == {"simsiam", "moco", "simclr"}
+    assert arms[0].name == "tiny-simsiam-paper-s0" and {a.method for a in arms} == {"simsiam", "moco", "simclr", "dino"}
     for a in arms:
         assert a.evals == () and a.suite == "recipe" and a.budget == recipe_arms.SCREEN_BUDGET
         args = a.train_args("/d", "/r")
@@ -28,6 +28,15 @@ def test_arms_carry_their_recipe_flags_no_evaluation_and_the_held_out_monitor():
     solo_small = next(a for a in arms if a.name == "tiny-simsiam-solo-small-s0").train_args("/d", "/r")
     assert "--projector_dim=512" in solo_small and "--predictor_hidden=128" in solo_small
     assert recipe_arms.recipe_of({"method": "simsiam", "train_flags": {"lr": "9"}}) is None
+    # DINO's ResNet arms: its method and ResNet crops as the ViT suite's, SGD, and the recipe's rate.
+    dino = {a.name: a for a in arms if a.method == "dino"}
+    assert list(dino) == ["tiny-dino-own-s0", "tiny-dino-dino-x3-s0", "tiny-dino-dino-x10-s0"]
+    own = dict(dino["tiny-dino-own-s0"].train_flags)
+    assert {k: own[k] for k in ("optimizer", "lr", "weight_decay", "warmup_epochs", "weight_decay_exclude")} == {
+        "optimizer": "sgd", "lr": "0.03", "weight_decay": "0.0001", "warmup_epochs": "12", "weight_decay_exclude": "1d"}
+    # The ViT suite's DINO on the ResNet, at the screen's budget.
+    assert set(arm_settings.DINO_METHOD) | set(arm_settings.DINO_RESNET_CROPS) <= set(own.items())
+    assert dict(dino["tiny-dino-dino-x10-s0"].train_flags)["lr"] == "0.3"
 
 
 def test_curve_summary_ranks_by_the_last_quarter_and_sees_a_fall():

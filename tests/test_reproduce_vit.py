@@ -11,11 +11,12 @@ from test_reproduce_aware import entry
 from test_reproduce_comparison import full_sweep
 
 from augself_tf.training.train_config import config_from_flags, define_train_flags
-from reproduce import doc_blocks, ledger, looc_arms, reproduce_small, vit_arms, vit_report
+from reproduce import doc_blocks, ledger, looc_arms, recipe_arms, reproduce_small, vit_arms, vit_report
 from reproduce.suites import SUITES
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MOCO = full_sweep("moco", "solo")
+DINO_X10 = full_sweep("dino", "dino-x10")
 
 
 def by_name(arms):
@@ -36,7 +37,24 @@ def test_a_vits_arms_name_their_backbone_and_pass_no_width_and_each_architecture
     assert set(vit_arms.LEARNED_VIT) <= set(arms["tiny-vit_pico-dino-base-s0"].train_flags)
     # The ResNet's floor is the LooC comparison's, already in the ledger.
     assert {a.id for a in looc_arms.floor_arms()} <= {a.id for a in arms.values()}
-    assert arms["tiny-dino-augself-s0"].budget.describe().startswith("resnet18 width 0.25")
+    assert arms["tiny-dino-base-s0"].budget.describe().startswith("resnet18 width 0.25")
+
+
+def test_dino_on_the_resnet_keeps_its_own_recipes_arm_and_adds_the_sweeps_choice_once_it_is_known():
+    own = by_name(vit_arms.suite_arms(MOCO))
+    assert "tiny-dino-base-s0" in own and not any(n.startswith("tiny-dino-") and n != "tiny-dino-base-s0"
+                                                   for n in own)  # the sweep is not complete: nothing else yet
+    arms = by_name(vit_arms.suite_arms(MOCO + DINO_X10))
+    assert arms["tiny-dino-base-s0"].id == own["tiny-dino-base-s0"].id  # its ledger entry still counts
+    for name in ("tiny-dino-ledger-s0", "tiny-dino-augself+ledger-s0"):
+        flags = dict(arms[name].train_flags)
+        assert (flags["lr"], flags["weight_decay"], flags["warmup_epochs"]) == ("0.3", "0.0001", "12")
+        assert (flags["optimizer"], flags["global_crop_scale"], flags["local_crops"]) == ("sgd", "0.14,1", "4")
+    assert "tiny-dino-augself-s0" not in arms  # AugSelf is compared on the base that learns
+    # DINO's own recipe chosen: AugSelf beside that arm, and no second copy of it.
+    mine = by_name(vit_arms.suite_arms(MOCO + full_sweep("dino", recipe_arms.DINO_OWN)))
+    assert mine["tiny-dino-augself-s0"].train_flags[:3] == vit_arms.DINO_RESNET[:3]
+    assert not any("ledger" in n for n in mine)
 
 
 def test_mocov3_on_the_resnet_waits_for_moco_v2s_sweep_then_trains_at_its_recipe():
@@ -47,9 +65,10 @@ def test_mocov3_on_the_resnet_waits_for_moco_v2s_sweep_then_trains_at_its_recipe
 
 
 @pytest.mark.parametrize("name", ["tiny-vit_pico-never_trained+sincos-s0", "tiny-vit_pico-mocov3-augself-s0",
-                                  "tiny-mocov3-base-s0", "tiny-vit_pico-dino-augself-s0", "tiny-dino-augself-s0"])
+                                  "tiny-mocov3-base-s0", "tiny-vit_pico-dino-augself-s0", "tiny-dino-base-s0",
+                                  "tiny-dino-augself+ledger-s0"])
 def test_every_arms_flags_resolve_to_a_run_augself_train_accepts(name):
-    arm = by_name(vit_arms.suite_arms(MOCO))[name]
+    arm = by_name(vit_arms.suite_arms(MOCO + DINO_X10))[name]
     fv = absl_flags.FlagValues()
     define_train_flags(fv, "train")
     fv(["train_main", *arm.train_args("/data", "/run")])
@@ -82,7 +101,7 @@ def test_report_keeps_each_architecture_in_its_table_against_its_own_floor():
     assert _cells(block, vit_title, "MoCo v3 + AugSelf")[5].startswith("11.0 (Δ +2.0")
     assert _cells(block, resnet_title, "MoCo v3")[5].startswith("20.0")  # the ResNet's, not the ViT's
     assert _cells(block, vit_report.TABLES[1].title, "DINO")[1] == "6"  # 2 global + 4 local crops
-    assert "**4 of the suite's" in block and "`tiny-dino-augself-s0`" in block
+    assert "**4 of the suite's" in block and "`tiny-dino-base-s0`" in block
 
 
 def test_committed_vit_block_is_the_ledgers_report():
