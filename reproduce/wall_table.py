@@ -84,7 +84,9 @@ def time_split_table(entries: Sequence[dict], machines: Sequence[str]) -> str:
         for e in members:
             for name, call in e["evaluation"].get("calls", {}).items():
                 calls.setdefault(name, []).append(call["seconds"])
-        call_cell = ", ".join(f"{name} {minutes(v)}" for name, v in calls.items()) or "—"
+        # A call that only some of the group's arms made says how many (an evaluation added after some had run).
+        call_cell = ", ".join(f"{name} {minutes(v)}" + (f" ({len(v)} of {len(members)})" if len(v) < len(members)
+                                                        else "") for name, v in calls.items()) or "—"
         lines.append(
             f"| {group} | {letter} | {len(members)} | {minutes([t['step_seconds'] for t in ts])} | "
             f"{minutes([t['monitor_seconds'] for t in ts])} | "

@@ -25,8 +25,10 @@ gfile = tf.io.gfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-#: A staged run.json and checkpoint index never renamed, an export's new tree never moved in; and a user's file.
-LEFTOVERS = ("run.json.tmp-0123abcd", "checkpoints/checkpoint.tmp-deadbeef", ".saved_model.tmp-89abcdef/saved_model.pb")
+#: A staged run.json and checkpoint index never renamed, an export's new tree killed before its saved_model.pb; and
+#: a user's file.
+LEFTOVERS = ("run.json.tmp-0123abcd", "checkpoints/checkpoint.tmp-deadbeef",
+             ".saved_model.tmp-89abcdef/variables/variables.index")
 KEPT = "notes.tmp-mine"
 
 
@@ -75,7 +77,8 @@ def test_a_second_call_resumes_at_the_step_the_first_stopped(runs):
 def test_the_resume_removes_what_a_killed_run_left_half_written_and_nothing_else(runs):
     d = runs["dir"]
     assert ("Removed what a killed run left half-written in " + d + ": .saved_model.tmp-89abcdef, "
-            "run.json.tmp-0123abcd, checkpoint.tmp-deadbeef") in runs["log"], runs["log"][-2000:]
+            "run.json.tmp-0123abcd, checkpoints/checkpoint.tmp-deadbeef") in runs["log"], runs["log"][-2000:]
+    assert "Put back" not in runs["log"]
     assert not [n for n in LEFTOVERS if gfile.exists(f"{d}/{n}")]
     assert not gfile.exists(f"{d}/.saved_model.tmp-89abcdef")
     assert files.read_text(f"{d}/{KEPT}") == "mine"
@@ -83,14 +86,32 @@ def test_the_resume_removes_what_a_killed_run_left_half_written_and_nothing_else
 
 def test_leftovers_on_a_local_path(tmp_path):
     (tmp_path / ".saved_model.old-0a1b2c3d").mkdir()
-    (tmp_path / ".saved_model.old-0a1b2c3d" / "x").write_text("old export")
+    (tmp_path / ".saved_model.old-0a1b2c3d" / "saved_model.pb").write_text("old export")
+    (tmp_path / "saved_model").mkdir()  # the export is in place: its old tree is only left over
     (tmp_path / "run.lock.tmp-00ff00ff").write_text("{}")
     kept = ("run.json", "run.json.tmp", "saved_model.tmp-0a1b2c3d9", "notes.tmp-ABCDEF12")
     for name in kept:
         (tmp_path / name).write_text("kept")
-    assert files.remove_leftovers(str(tmp_path)) == [".saved_model.old-0a1b2c3d", "run.lock.tmp-00ff00ff"]
-    assert sorted(os.listdir(tmp_path)) == sorted(kept)
-    assert files.remove_leftovers(str(tmp_path / "absent")) == []
+    assert files.remove_leftovers(str(tmp_path)) == ([".saved_model.old-0a1b2c3d", "run.lock.tmp-00ff00ff"], [])
+    assert sorted(os.listdir(tmp_path)) == sorted((*kept, "saved_model"))
+    assert files.remove_leftovers(str(tmp_path / "absent")) == ([], [])
+
+
+@pytest.mark.parametrize("where", ["local", "url"])
+def test_a_kill_between_the_exports_two_renames_puts_the_finished_new_export_back(tmp_path, where):
+    d = str(tmp_path) if where == "local" else f"ram://model_dir_urls_{uuid.uuid4().hex}/run"
+    for tree, text in ((".saved_model.old-0a1b2c3d", "old"), (".saved_model.tmp-4e5f6a7b", "new"),
+                       (".saved_model_precise_bn.tmp-11223344", "unfinished")):
+        files.makedirs(f"{d}/{tree}/variables")
+        files.write_text(f"{d}/{tree}/variables/variables.index", text)
+        if text != "unfinished":
+            files.write_text(f"{d}/{tree}/saved_model.pb", text)
+    removed, restored = files.remove_leftovers(d)
+    assert restored == ["saved_model from .saved_model.tmp-4e5f6a7b"]
+    assert removed == [".saved_model.old-0a1b2c3d", ".saved_model_precise_bn.tmp-11223344"]
+    assert files.read_text(f"{d}/saved_model/saved_model.pb") == "new"
+    assert files.read_text(f"{d}/saved_model/variables/variables.index") == "new"
+    assert sorted(files.listdir(d)) == ["saved_model"]
 
 
 def test_the_export_is_written_under_the_url_loads_and_a_rerun_replaces_it(runs):

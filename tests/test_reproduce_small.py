@@ -199,12 +199,14 @@ def test_where_an_arms_time_goes_takes_medians_per_arm_group_and_machine():
     entries = [timed(0, 600, 60), timed(1, 1200, 120), timed(2, 900, 180),
                timed(0, 300, 30, machine=other),   # machine B: a group of its own
                timed(1, 5000, 10, sessions=2)]     # trained over two sessions: left out
+    entries[2]["evaluation"]["calls"]["cifar10"] = {"seconds": 30.0, "command": []}  # one arm's extra call
     table, legend = wall_table.wall_table(entries)
     rows = [x for x in table.splitlines() if x.startswith("| tiny-simsiam-base |")]
     group = arm_of("simsiam", "none", 0).name.rsplit("-s", 1)[0]
     assert group == "tiny-simsiam-base"
     a_total = statistics.median([600 + 60 + 60 + 12, 1200 + 120 + 60 + 24, 900 + 180 + 60 + 36]) / 60
-    assert rows[0] == f"| tiny-simsiam-base | A | 3 | 15.0 | 2.0 | 1.0 | in_domain 0.2, flowers 0.2 | {a_total:.1f} |"
+    assert rows[0] == (f"| tiny-simsiam-base | A | 3 | 15.0 | 2.0 | 1.0 | in_domain 0.2, flowers 0.2, cifar10 0.5 "
+                       f"(1 of 3) | {a_total:.1f} |")
     assert rows[1] == "| tiny-simsiam-base | B | 1 | 5.0 | 0.5 | 1.0 | in_domain 0.1, flowers 0.1 | 6.7 |"
     assert len(rows) == 2 and len(legend) == 2
     # Entries without the split give no such table.

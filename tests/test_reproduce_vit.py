@@ -53,7 +53,7 @@ def test_dino_on_the_resnet_keeps_its_own_recipes_arm_and_adds_the_sweeps_choice
     assert "tiny-dino-augself-s0" not in arms  # AugSelf is compared on the base that learns
     # DINO's own recipe chosen: AugSelf beside that arm, and no second copy of it.
     mine = by_name(vit_arms.suite_arms(MOCO + full_sweep("dino", recipe_arms.DINO_OWN)))
-    assert mine["tiny-dino-augself-s0"].train_flags[:3] == vit_arms.DINO_RESNET[:3]
+    assert mine["tiny-dino-augself-s0"].id == "tiny-dino-augself-s0-6619172d"  # the id it was listed under first
     assert not any("ledger" in n for n in mine)
 
 

@@ -145,8 +145,14 @@ def read_text(path: str) -> str:
         return f.read()
 
 
-def _write_new(path: str, data: str | bytes) -> None:
-    with _gfile(path) as gfile, gfile.GFile(path, "wb" if isinstance(data, bytes) else "w") as f:
+def write_new(path: str, data: str | bytes) -> None:
+    """Writes a file under a name that does not exist yet, directly (no staging: nothing to replace)."""
+    mode = "wb" if isinstance(data, bytes) else "w"
+    if not is_url(path):
+        with open(path, mode) as f:
+            f.write(data)
+        return
+    with _gfile(path) as gfile, gfile.GFile(path, mode) as f:
         f.write(data)
 
 
@@ -165,11 +171,7 @@ def staged(path: str, data: str | bytes) -> str:
     """Writes ``data`` under a new name beside ``path`` (``<path>.tmp-<hex>``) and returns that name, for a
     :func:`rename` over ``path`` (or a :func:`remove` when the replace is no longer wanted)."""
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"  # a new name: ram:// appends to an existing file
-    if is_url(tmp):
-        _write_new(tmp, data)
-    else:
-        with open(tmp, "wb" if isinstance(data, bytes) else "w") as f:
-            f.write(data)
+    write_new(tmp, data)
     return tmp
 
 
@@ -213,7 +215,7 @@ def check_writable(directory: str) -> None:
             pass
         return
     probe = f"{directory.rstrip('/')}/.write-test-{uuid.uuid4().hex[:8]}"
-    _write_new(probe, "")
+    write_new(probe, "")
     remove(probe)
 
 
@@ -225,24 +227,39 @@ def sibling(path: str, label: str) -> str:
 
 #: What :func:`staged` and :func:`sibling` name: ``<name>.tmp-<hex>``, ``.<name>.<label>-<hex>``.
 _LEFTOVER = re.compile(r"^(\..+\.[a-z]+|.+\.tmp)-[0-9a-f]{8}$")
+#: A :func:`sibling` of ``<name>`` (group 1).
+_SIBLING = re.compile(r"^\.(.+)\.[a-z]+-[0-9a-f]{8}$")
 
 
-def remove_leftovers(directory: str) -> list[str]:
-    """Removes the temporaries a killed writer left in ``directory`` (a staged file not renamed yet, an export's
-    new or old tree); returns their names. Only for a directory no one else writes to (a run holding its lock).
+def remove_leftovers(directory: str, complete: str = "saved_model.pb") -> tuple[list[str], list[str]]:
+    """Clears what a killed writer left in ``directory``: a staged file never renamed, an export's new or old tree
+    (:func:`replace_dir`). A tree whose ``<name>`` is missing (a kill between replace_dir's renames) and that holds
+    ``complete`` (a SavedModel's last file) is put back in its place instead, the new one before the old.
+
+    Only for a directory no one else writes to (a run holding its lock). An entry that cannot be read or removed is
+    left as it is. Returns (the names removed, ``"<name> from <tree>"`` for each tree put back).
     """
-    try:
-        names = [n for n in listdir(directory) if _LEFTOVER.match(n)]
+    try:  # the new trees (tmp) before the old: a finished new export is put back first
+        names = sorted((n for n in listdir(directory) if _LEFTOVER.match(n)), key=lambda n: (".old-" in n, n))
     except OSError:  # absent: nothing left over
-        return []
+        return [], []
+    base = directory.rstrip("/")
+    removed, restored = [], []
     for name in names:
-        path = f"{directory.rstrip('/')}/{name}"
-        if isdir(path):
-            rmtree(path)
-        else:
-            with contextlib.suppress(OSError):
+        path, sib = f"{base}/{name}", _SIBLING.match(name)
+        with contextlib.suppress(OSError):
+            if not isdir(path):
                 remove(path)
-    return sorted(names)
+            elif sib and not exists(f"{base}/{sib.group(1)}") and exists(f"{path}/{complete}"):
+                replace_dir(path, f"{base}/{sib.group(1)}", last=complete)
+                restored.append(f"{sib.group(1)} from {name}")
+                continue
+            else:
+                rmtree(path)
+        with contextlib.suppress(OSError):
+            if not exists(path):
+                removed.append(name)
+    return sorted(removed), restored
 
 
 def replace_dir(new: str, path: str, last: str) -> None:

@@ -160,7 +160,7 @@ class _Files:
         if self.remote:  # no create-exclusive in tf.io.gfile: write if absent, then read back after a settle
             if files.exists(path):
                 return False
-            files.write_text(path, text)
+            files.write_new(path, text)
             time.sleep(SETTLE_SECONDS)
             return self.read(path) == text
         tmp = f"{path}.{uuid.uuid4().hex}.tmp"

@@ -159,9 +159,15 @@ def prepare(cfg: TrainConfig, stop: StopSignals, held: contextlib.ExitStack) -> 
         # Before anything reads or repairs the directory: a second run must not touch a live run's files.
         lock = held.enter_context(RunLock(model_dir, log=log))
         stop.before_exit_now.append(lock.release)
-        left = [n for d in (model_dir, f"{model_dir}/checkpoints") for n in files.remove_leftovers(d)]
-        if left:
-            log(f"Removed what a killed run left half-written in {model_dir}: {', '.join(left)}")
+        removed, restored = [], []
+        for sub in ("", "checkpoints/"):
+            gone, back = files.remove_leftovers(f"{model_dir}/{sub}".rstrip("/"))
+            removed += [sub + name for name in gone]
+            restored += [sub + name for name in back]
+        if restored:
+            log(f"Put back what a killed run left between two renames in {model_dir}: {', '.join(restored)}")
+        if removed:
+            log(f"Removed what a killed run left half-written in {model_dir}: {', '.join(removed)}")
     # Before anything is built: a resume with other model settings stops at once, naming the flags. The file
     # is written once the model is built, so that settings no model can be built from are never recorded.
     model_settings = cfg.model.checked_settings(input_mean, input_std)
