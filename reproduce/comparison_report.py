@@ -46,9 +46,8 @@ def recipe_line(method: str, recipe: Recipe | None) -> str:
     """``SimSiam: solo (lr 0.5·B/256, weight decay 1e-05, 5 warm-up epochs, decay on all, paper's heads; …)``."""
     if recipe is None:
         return f"{BASES[method]}: not chosen yet (its sweep is not complete; its rows are not listed)"
-    return (f"{BASES[method]}: {recipe.label} (lr {recipe.lr:g}·B/256, weight decay {recipe.weight_decay:g}, "
-            f"{recipe.warmup_epochs:g} warm-up epochs, decay on {recipe.decay_on}, heads: {recipe.heads_label}; "
-            f"{recipe.source})")
+    return (f"{BASES[method]}: {recipe.label} ({recipe.rates}, decay on {recipe.decay_on}, "
+            f"heads: {recipe.heads_label}; {recipe.source})")
 
 
 def bn_table(entries: Sequence[dict], arms: Sequence[Arm]) -> list[str]:

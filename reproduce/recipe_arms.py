@@ -47,6 +47,11 @@ class Recipe:
         return "all" if self.weight_decay_exclude == "none" else "≥ 2-d only"
 
     @property
+    def rates(self) -> str:
+        """``lr 0.3·B/256, weight decay 0.0001, 5 warm-up epochs``, as the reports say it."""
+        return f"lr {self.lr:g}·B/256, weight decay {self.weight_decay:g}, {self.warmup_epochs:g} warm-up epochs"
+
+    @property
     def heads_label(self) -> str:
         """``projector 512, predictor 128``; "the method's" when the recipe keeps the method's heads."""
         return ", ".join(f"{k.split('_')[0]} {v}" for k, v in self.heads) or "the method's"

@@ -91,8 +91,7 @@ def render(entries: Sequence[dict], arms: Sequence[Arm], moco_v2: Sequence[Arm],
 
 def _recipe_text(recipe: Recipe | None, whose: str) -> str:
     return (f"not chosen yet ({whose} sweep is not complete; its rows are not listed)" if recipe is None
-            else f"{recipe.label} (lr {recipe.lr:g}·B/256, weight decay {recipe.weight_decay:g}, "
-                 f"{recipe.warmup_epochs:g} warm-up epochs)")
+            else f"{recipe.label} ({recipe.rates})")
 
 
 def report_block(ledger_dir: str, arms: Sequence[Arm], command: str = COMMAND) -> str:
