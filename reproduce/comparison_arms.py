@@ -84,7 +84,7 @@ def running_bn_calls(calls: tuple[EvalCall, ...]) -> tuple[EvalCall, ...]:
 def row_arm(row: Row, seed: int, budget: Budget, recipe: recipe_arms.Recipe,
             evals: tuple[EvalCall, ...] = looc_arms.TABLE_EVALS) -> Arm:
     """The arm of ``row`` at ``seed``, trained at ``recipe``."""
-    flags = (recipe.flags() + recipe_arms.METHOD_FLAGS.get(row.method, ()) + row.flags
+    flags = (recipe_arms.training_flags(row.method, recipe) + row.flags
              + arm_settings.PRECISE_BN_FLAGS + recipe_arms.SWEEP_MONITOR_FLAGS)
     return Arm("tiny", row.method, row.augself, row.condition, seed, budget, evals, flags, SUITE, tag=row.tag)
 

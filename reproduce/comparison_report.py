@@ -43,11 +43,12 @@ def knn_cell(entries: list[dict]) -> str:
 
 
 def recipe_line(method: str, recipe: Recipe | None) -> str:
-    """``SimSiam: solo (lr 0.5·B/256, weight decay 1e-05, 5 warm-up epochs, decay on all, paper's heads; …)``."""
+    """``SimSiam: solo (lr 0.5·B/256, weight decay 1e-05, 5 warm-up epochs, decay on all, other settings: the
+    method's; …)``."""
     if recipe is None:
         return f"{BASES[method]}: not chosen yet (its sweep is not complete; its rows are not listed)"
     return (f"{BASES[method]}: {recipe.label} ({recipe.rates}, decay on {recipe.decay_on}, "
-            f"heads: {recipe.heads_label}; {recipe.source})")
+            f"other settings: {recipe.settings_label}; {recipe.source})")
 
 
 def bn_table(entries: Sequence[dict], arms: Sequence[Arm]) -> list[str]:

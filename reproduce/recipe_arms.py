@@ -30,15 +30,18 @@ SWEEP_MONITOR_FLAGS = (("monitor", "auto"), ("monitor_every", "2"), ("monitor_sp
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
-    """One point of the sweep: the train_main flags it sets (base lr scaled by batch/256, coupled L2, warm-up
-    epochs, the decay's exclusion rule, and optionally SimSiam's head sizes) and where it comes from."""
+    """One point of the sweep: the train_main flags it sets (base lr scaled by batch/256, weight decay, warm-up
+    epochs, the decay's exclusion rule, and optionally other settings: SimSiam's head sizes, DINO's optimizer or
+    teacher), how the reports name those other settings, and where the recipe comes from."""
 
     label: str
     lr: float
     weight_decay: float
     warmup_epochs: float = 0.0
     weight_decay_exclude: str = "none"
-    heads: tuple[tuple[str, str], ...] = ()
+    # Set after the rates; where one names a flag of the method's own (METHOD_FLAGS), it takes that flag's place.
+    settings: tuple[tuple[str, str], ...] = ()
+    settings_label: str = "the method's"
     source: str = ""
 
     @property
@@ -51,29 +54,27 @@ class Recipe:
         """``lr 0.3·B/256, weight decay 0.0001, 5 warm-up epochs``, as the reports say it."""
         return f"lr {self.lr:g}·B/256, weight decay {self.weight_decay:g}, {self.warmup_epochs:g} warm-up epochs"
 
-    @property
-    def heads_label(self) -> str:
-        """``projector 512, predictor 128``; "the method's" when the recipe keeps the method's heads."""
-        return ", ".join(f"{k.split('_')[0]} {v}" for k, v in self.heads) or "the method's"
-
     def flags(self) -> tuple[tuple[str, str], ...]:
         """The train flags, in a fixed order (part of the arm's settings, so of its id)."""
         return (("lr", f"{self.lr:g}"), ("weight_decay", f"{self.weight_decay:g}"),
                 ("warmup_epochs", f"{self.warmup_epochs:g}"), ("weight_decay_exclude", self.weight_decay_exclude),
-                *self.heads)
+                *self.settings)
 
 
 # SimSiam's heads sized to the width-0.25 ResNet-18's 128-d feature (official SimSiam: hidden width = the
 # backbone's feature size; projector 4x, predictor bottleneck 1/4 of it) instead of the paper's 2048/512.
 SMALL_SIMSIAM_HEADS = (("projector_dim", "512"), ("predictor_hidden", "128"))
+SMALL_HEADS_LABEL = "projector 512, predictor 128"
 
 # Most needed first: the paper's recipe as the control, then the published small-scale recipes, then the heads.
 SIMSIAM_RECIPES = (
     Recipe("paper", 0.03, 5e-4, source="the paper's STL10 recipe (the ledger's until now)"),
     Recipe("solo", 0.5, 1e-5, 5, source="solo-learn's CIFAR SimSiam: lr 0.5·B/256, wd 1e-5, warm-up"),
     Recipe("lightly", 0.12, 5e-4, 5, source="lightly's CIFAR-10 benchmark: lr 0.06 at batch 128, wd 5e-4"),
-    Recipe("lightly-small", 0.12, 5e-4, 5, heads=SMALL_SIMSIAM_HEADS, source="lightly's, heads sized to the feature"),
-    Recipe("solo-small", 0.5, 1e-5, 5, heads=SMALL_SIMSIAM_HEADS, source="solo-learn's, heads sized to the feature"),
+    Recipe("lightly-small", 0.12, 5e-4, 5, settings=SMALL_SIMSIAM_HEADS, settings_label=SMALL_HEADS_LABEL,
+           source="lightly's, heads sized to the feature"),
+    Recipe("solo-small", 0.5, 1e-5, 5, settings=SMALL_SIMSIAM_HEADS, settings_label=SMALL_HEADS_LABEL,
+           source="solo-learn's, heads sized to the feature"),
     Recipe("paper-warmup", 0.03, 5e-4, 5, source="the paper's with warm-up"),
     Recipe("solo-1d", 0.5, 1e-5, 5, "1d", source="solo-learn's, no decay on biases and BN"),
 )
@@ -87,12 +88,26 @@ BASE_RECIPES = {
                Recipe("solo", 0.4, 1e-5, 5, source="solo-learn's CIFAR SimCLR: lr 0.4·B/256, wd 1e-5, warm-up")),
 }
 # DINO on the ResNet: its own ResNet-50 recipe stayed at the never-trained floor over the ledger's budget (kNN val
-# 5.0 → 6.4; docs/results.md), so its rate is swept up to the one MoCo v2's sweep chose, 10× DINO's; its decay rule
-# and its warm-up (12 of 120 epochs) kept.
+# 5.0 → 6.4; docs/results.md), so its rate is swept up to the one MoCo v2's sweep chose, 10× DINO's, its decay rule
+# and its warm-up (12 of 120 epochs) kept; then the two other published ways DINO trains: its ViT recipe (AdamW, the
+# one that learned on the ViT at this budget) and solo-learn's CIFAR ResNet-18 (two crops, the teacher's temperature
+# warmed up to 0.07).
 DINO_OWN = "own"
+DINO_ADAMW = (("optimizer", "adamw"), ("weight_decay_end", "0.4"), ("clip_grad", "3.0"))
+# solo-learn's scripts/pretrain/cifar/dino.yaml and solo/methods/dino.py defaults (no local crops, crop area
+# 0.08-1, τ_t 0.04 → 0.07 over 50 of 1,000 epochs: 6 of 120 here), with SGD for its LARS (as SimCLR's "solo") and
+# DINO's teacher momentum 0.996, not its 0.9995: over the screen's 1,080 steps a 0.9995 teacher, which is what the
+# monitor and the export read, would average over about 2,000 steps, longer than the run.
+DINO_SOLO = (("local_crops", "0"), ("global_crop_scale", "0.08,1"), ("teacher_temperature", "0.07"),
+             ("teacher_temperature_epochs", "6"))
 DINO_RECIPES = (Recipe(DINO_OWN, 0.03, 1e-4, 12, "1d", source="DINO's ResNet-50 recipe (its README)"),
                 Recipe("dino-x3", 0.1, 1e-4, 12, "1d", source="DINO's at 3× its rate"),
-                Recipe("dino-x10", 0.3, 1e-4, 12, "1d", source="DINO's at 10× its rate: MoCo v2's ledger rate"))
+                Recipe("dino-x10", 0.3, 1e-4, 12, "1d", source="DINO's at 10× its rate: MoCo v2's ledger rate"),
+                Recipe("adamw", 0.0005, 0.04, 12, "1d", settings=DINO_ADAMW,
+                       settings_label="AdamW, weight decay → 0.4, clip 3", source="DINO's ViT recipe (its README)"),
+                Recipe("solo", 0.3, 1e-6, 10, "1d", settings=DINO_SOLO,
+                       settings_label="2 crops of area 0.08-1, τ_t 0.04 → 0.07 over 6 epochs",
+                       source="solo-learn's CIFAR DINO ResNet-18, SGD for LARS"))
 RECIPES = {"simsiam": SIMSIAM_RECIPES, **BASE_RECIPES, "dino": DINO_RECIPES}
 # What a method's arm needs besides the recipe: MoCo's queue at the ledger's length (reproduce/arm_settings.py);
 # DINO's method, its ResNet crops and SGD.
@@ -100,17 +115,24 @@ METHOD_FLAGS = {"moco": (("queue_size", str(arm_settings.MOCO_QUEUE)),),
                 "dino": (("optimizer", "sgd"), *arm_settings.DINO_RESNET_CROPS, *arm_settings.DINO_METHOD)}
 
 
+def training_flags(method: str, recipe: Recipe) -> tuple[tuple[str, str], ...]:
+    """What ``method`` trains with at ``recipe``: the recipe's flags, then the method's own (METHOD_FLAGS) that the
+    recipe does not set."""
+    own = {k for k, _ in recipe.settings}
+    return recipe.flags() + tuple((k, v) for k, v in METHOD_FLAGS.get(method, ()) if k not in own)
+
+
 def recipe_arm(method: str, recipe: Recipe, seed: int = 0) -> Arm:
     """The sweep's arm of ``recipe`` for ``method``: no evaluation calls, the held-out kNN monitor."""
-    flags = recipe.flags() + METHOD_FLAGS.get(method, ()) + SWEEP_MONITOR_FLAGS
+    flags = training_flags(method, recipe) + SWEEP_MONITOR_FLAGS
     return Arm("tiny", method, "none", "none", seed, SCREEN_BUDGET, (), flags, SUITE, tag=recipe.label)
 
 
 def recipe_of(settings: dict) -> Recipe | None:
-    """The recipe of an entry's settings (by its method and train flags), or None."""
-    extra = set(SWEEP_MONITOR_FLAGS) | set(METHOD_FLAGS.get(settings["method"], ()))
-    flags = tuple((k, v) for k, v in settings["train_flags"].items() if (k, v) not in extra)
-    return next((r for r in RECIPES.get(settings["method"], ()) if r.flags() == flags), None)
+    """The recipe of a sweep entry's settings (by its method and train flags), or None."""
+    flags = dict(settings["train_flags"])
+    return next((r for r in RECIPES.get(settings["method"], ())
+                 if dict(recipe_arm(settings["method"], r).train_flags) == flags), None)
 
 
 def sweep_arms() -> list[Arm]:

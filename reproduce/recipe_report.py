@@ -25,7 +25,7 @@ def row(arm: Arm, entry: dict | None) -> list[str]:
     r = recipe_of(arm.settings())
     assert r is not None
     head = [f"{arm.method} {r.label}", f"{r.lr:g}", f"{r.weight_decay:g}", f"{r.warmup_epochs:g}", r.decay_on,
-            r.heads_label]
+            r.settings_label]
     if entry is None:
         return head + [NOT_RUN, "", "", ""]
     knn = curve_summary(entry["monitors"]["values"].get("knn", []))
@@ -53,7 +53,7 @@ def report_block(ledger_dir: str, arms: Sequence[Arm], command: str = COMMAND) -
         f"{100 * FALL:g} (one binomial standard deviation near 5% over 500 queries). z_std: SimSiam's collapse "
         f"diagnostic at the end (spread: {spread}; collapsed: 0). lr is the base rate (× batch/256).",
         "",
-        *markdown_table(["recipe", "lr", "weight decay", "warm-up epochs", "decay on", "heads", "kNN val %",
+        *markdown_table(["recipe", "lr", "weight decay", "warm-up epochs", "decay on", "other settings", "kNN val %",
                          "second half", "z_std", "s/step"], body),
         "",
         f"Regenerate: `{command} --report_only`; run the rest: `{command}`.",

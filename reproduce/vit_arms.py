@@ -89,7 +89,7 @@ def dino_resnet_arms(recipe: recipe_arms.Recipe | None, seed: int, budget: Budge
     if recipe is not None and recipe.label == recipe_arms.DINO_OWN:
         arms.append(arm("dino", AUG, seed, budget, DINO_RESNET))
     elif recipe is not None:
-        flags = recipe.flags() + recipe_arms.METHOD_FLAGS["dino"]  # the screened run at the full budget
+        flags = recipe_arms.training_flags("dino", recipe)  # the screened run at the full budget
         arms += [arm("dino", aug, seed, budget, flags, LEDGER_TAG) for aug in ("none", AUG)]
     return arms
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from absl import flags as absl_flags
 
+from augself_tf.training.train_config import config_from_flags, define_train_flags
 from reproduce import arm_settings, doc_blocks, ledger, recipe_arms, recipe_report
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,13 +32,35 @@ def test_arms_carry_their_recipe_flags_no_evaluation_and_the_held_out_monitor():
     assert recipe_arms.recipe_of({"method": "simsiam", "train_flags": {"lr": "9"}}) is None
     # DINO's ResNet arms: its method and ResNet crops as the ViT suite's, SGD, and the recipe's rate.
     dino = {a.name: a for a in arms if a.method == "dino"}
-    assert list(dino) == ["tiny-dino-own-s0", "tiny-dino-dino-x3-s0", "tiny-dino-dino-x10-s0"]
+    assert list(dino) == ["tiny-dino-own-s0", "tiny-dino-dino-x3-s0", "tiny-dino-dino-x10-s0", "tiny-dino-adamw-s0",
+                          "tiny-dino-solo-s0"]
     own = dict(dino["tiny-dino-own-s0"].train_flags)
     assert {k: own[k] for k in ("optimizer", "lr", "weight_decay", "warmup_epochs", "weight_decay_exclude")} == {
         "optimizer": "sgd", "lr": "0.03", "weight_decay": "0.0001", "warmup_epochs": "12", "weight_decay_exclude": "1d"}
     # The ViT suite's DINO on the ResNet, at the screen's budget.
     assert set(arm_settings.DINO_METHOD) | set(arm_settings.DINO_RESNET_CROPS) <= set(own.items())
     assert dict(dino["tiny-dino-dino-x10-s0"].train_flags)["lr"] == "0.3"
+    # A recipe's other settings take the place of the method's own flags of the same name: each flag once.
+    for name, wanted in (("tiny-dino-adamw-s0", {"optimizer": "adamw", "weight_decay_end": "0.4", "clip_grad": "3.0"}),
+                         ("tiny-dino-solo-s0", {"optimizer": "sgd", "local_crops": "0", "global_crop_scale": "0.08,1",
+                                                "teacher_temperature": "0.07", "teacher_temperature_epochs": "6"})):
+        keys = [k for k, _ in dino[name].train_flags]
+        assert len(keys) == len(set(keys)), name
+        args = dino[name].train_args("/d", "/r")
+        assert all(f"--{k}={v}" in args for k, v in wanted.items()), name
+        assert recipe_arms.recipe_of(dino[name].settings()).label == name.split("-")[2]
+
+
+@pytest.mark.parametrize("arm", recipe_arms.sweep_arms(), ids=lambda a: a.name)
+def test_every_recipe_arm_is_a_run_augself_train_accepts(arm):
+    fv = absl_flags.FlagValues()
+    define_train_flags(fv, "train")
+    fv(["train_main", *arm.train_args("/data", "/run")])
+    cfg = config_from_flags(fv)
+    assert cfg.model.method == arm.method and cfg.epochs == 40
+    if arm.name == "tiny-dino-solo-s0":  # two global crops and nothing else, at solo-learn's area
+        assert cfg.model.method_options["local_crops"] == 0
+        assert cfg.model.method_options["global_crop_scale"] == "0.08,1"
 
 
 def test_curve_summary_ranks_by_the_last_quarter_and_sees_a_fall():
