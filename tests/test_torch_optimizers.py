@@ -1,6 +1,6 @@
-"""AdamW and LARS (augself_tf/training/torch_optimizers.py) step by step against NumPy transcriptions of
-`torch.optim.AdamW` (`_single_tensor_adamw`), MoCo v3's `moco/optimizer.py` LARS, DINO's `clip_gradients` and
-`cosine_scheduler`, under MoCo v3's warm-up + cosine learning rate; then the same steps through the float16
+"""AdamW and LARS (augself_tf/training/torch_optimizers.py), and SGD under DINO's clipping, step by step against NumPy
+transcriptions of `torch.optim.AdamW` (`_single_tensor_adamw`), MoCo v3's `moco/optimizer.py` LARS, `torch.optim.SGD`,
+DINO's `clip_gradients` and `cosine_scheduler`, under MoCo v3's warm-up + cosine learning rate; then the same steps through the float16
 loss-scale wrapper on 2 replicas. Keras' own AdamW fails the AdamW comparison (its ε), so the test can fail."""
 
 from __future__ import annotations
@@ -75,6 +75,13 @@ def moco_v3_lars(p, mu, g, lr, wd, momentum=0.9, trust=0.001, excluded=None):
     return p - lr * mu, mu
 
 
+def torch_sgd(p, buf, g, lr, wd, momentum=0.9):
+    """torch/optim/sgd.py _single_tensor_sgd (dampening 0, no Nesterov): coupled decay, momentum in gradient units."""
+    d_p = g + wd * p
+    buf = d_p.copy() if buf is None else momentum * buf + d_p
+    return p - lr * buf, buf
+
+
 def reference(kind: str, p0: dict, a: np.ndarray, *, exclude_1d: bool, wd_end: float | None, clip: float,
               scale: float = 1.0) -> dict:
     params = {k: v.astype(np.float64) for k, v in p0.items()}
@@ -88,6 +95,9 @@ def reference(kind: str, p0: dict, a: np.ndarray, *, exclude_1d: bool, wd_end: f
             if kind == "adamw":
                 decay = 0.0 if exclude_1d and params[k].ndim <= 1 else wd
                 params[k], state[k] = torch_adamw(params[k], state[k], g, lr, decay, step + 1)
+            elif kind == "sgd":
+                decay = 0.0 if exclude_1d and params[k].ndim <= 1 else wd
+                params[k], state[k] = torch_sgd(params[k], state[k], g, lr, decay)
             else:
                 params[k], state[k] = moco_v3_lars(params[k], state[k], g, lr, wd,
                                                    excluded=exclude_1d and params[k].ndim <= 1)
@@ -140,10 +150,25 @@ def test_keras_adamw_fails_the_same_comparison():
     assert np.abs(got["kernel"] - ref["kernel"]).max() > 1e-4
 
 
-def test_weight_decay_end_and_clip_are_refused_with_sgd():
-    for kwargs in ({"weight_decay_end": 0.4}, {"clip_grad": 3.0}):
-        with pytest.raises(ValueError, match="^--weight_decay_end and --clip_grad are for --optimizer=adamw or lars"):
-            build_optimizer(0.1, 256, 10, **kwargs)
+@pytest.mark.parametrize("exclude_1d,clip", [(False, 0.0), (True, CLIP)], ids=["paper", "dino_resnet_clip"])
+def test_sgd_clips_each_gradient_as_dino_before_its_coupled_decay(exclude_1d, clip):
+    """DINO's ResNet recipe runs torch's SGD after ``clip_gradients`` (its default 3.0): the clip sees the gradient
+    alone, and torch's SGD adds the decay inside its step."""
+    rng = np.random.default_rng(1)
+    a, p0 = _a(rng), _p0(rng)
+    ref = reference("sgd", p0, a, exclude_1d=exclude_1d, wd_end=None, clip=clip)
+    got = ours(_optimizer("sgd", exclude_1d=exclude_1d, wd_end=None, clip=clip), p0, a)
+    for k in p0:
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    other = reference("sgd", p0, a, exclude_1d=exclude_1d, wd_end=None, clip=0.0 if clip else CLIP)
+    assert max(np.abs(other[k] - ref[k]).max() for k in p0) > 1e-4  # the clip changes the run
+
+
+def test_weight_decay_end_is_refused_with_sgd():
+    with pytest.raises(ValueError, match="^--weight_decay_end is for --optimizer=adamw or lars"):
+        build_optimizer(0.1, 256, 10, weight_decay_end=0.4)
+    with pytest.raises(ValueError, match="^--clip_grad must be >= 0"):
+        build_optimizer(0.1, 256, 10, clip_grad=-1.0)
     with pytest.raises(ValueError, match="unknown optimizer 'adam'"):
         build_optimizer(0.1, 256, 10, optimizer="adam")
 

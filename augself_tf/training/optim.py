@@ -26,7 +26,7 @@ from augself_tf.training.optimizer_parts import (
     decay_exclusion,
     is_decayed,
 )
-from augself_tf.training.torch_optimizers import LARS, TorchAdamW
+from augself_tf.training.torch_optimizers import LARS, TorchAdamW, clip_by_own_norm
 
 #: --optimizer's choices: ``sgd`` (:class:`TorchSGD`, the paper's), ``adamw`` and ``lars`` (torch_optimizers.py: the
 #: ViT recipes' of MoCo v3 and DINO).
@@ -64,6 +64,8 @@ class TorchSGD(keras.optimizers.Optimizer):
       constant_lr_variables: the variables of the reference's constant-lr parameter group.
       held_variables, held_steps: variables left out of the update (no decay, no momentum) for the first
         ``held_steps`` steps, as torch's SGD skips a parameter without a gradient (DINO's frozen last layer).
+      clip_grad: DINO's per-variable clipping (`utils.clip_gradients`, which its ResNet recipe runs under SGD too):
+        each gradient scaled to norm at most this, before the decay is added; 0: off (the paper's).
     """
 
     def __init__(
@@ -77,9 +79,12 @@ class TorchSGD(keras.optimizers.Optimizer):
         name: str = "torch_sgd",
         held_variables: Iterable[tf.Variable] = (),
         held_steps: int = 0,
+        clip_grad: float = 0.0,
         **kwargs,
     ) -> None:
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+        if clip_grad < 0:
+            raise ValueError(f"--clip_grad must be >= 0 (0: off), got {clip_grad}")
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {momentum}")
         if l2 < 0:
@@ -89,6 +94,7 @@ class TorchSGD(keras.optimizers.Optimizer):
             raise ValueError("constant_lr_variables need a constant_lr")
         self.momentum = float(momentum)
         self.l2 = float(l2)
+        self.clip_grad = float(clip_grad)
         if decay_exclude not in WEIGHT_DECAY_EXCLUDE:
             raise ValueError(f"weight decay exclusion must be one of {', '.join(WEIGHT_DECAY_EXCLUDE)}, "
                              f"got {decay_exclude!r}")
@@ -129,6 +135,8 @@ class TorchSGD(keras.optimizers.Optimizer):
         lr = self.constant_lr if self._is_constant[i] else learning_rate
         lr = tf.cast(lr, variable.dtype)
         g = tf.cast(gradient, variable.dtype)
+        if self.clip_grad:
+            g = clip_by_own_norm(g, self.clip_grad)
         if self.l2 and self._is_decayed[i]:
             g = g + tf.cast(self.l2, variable.dtype) * variable
         held = self.held.now(i, self.iterations)
@@ -158,7 +166,7 @@ class TorchSGD(keras.optimizers.Optimizer):
 
     def get_config(self) -> dict:
         return {**super().get_config(), "momentum": self.momentum, "l2": self.l2, "constant_lr": self.constant_lr,
-                "decay_exclude": self.decay_exclude, "held_steps": self.held.steps}
+                "decay_exclude": self.decay_exclude, "held_steps": self.held.steps, "clip_grad": self.clip_grad}
 
 
 def build_optimizer(
@@ -182,13 +190,13 @@ def build_optimizer(
     that scaled rate throughout (solo-learn and the reference keep SimSiam's predictor there from step 0). ``sgd``
     is :class:`TorchSGD` (coupled L2); every one leaves out of its decay (and LARS of its trust ratio) the variables
     ``decay_exclude`` names (`decay_exclusion`: ``auto`` is the optimizer's own rule, ``1d`` for LARS, ``none`` for the
-    others); ``adamw`` and ``lars`` (`torch_optimizers`) also take a weight-decay
-    schedule to ``weight_decay_end`` and per-variable clipping at ``clip_grad``. Each leaves ``held_variables`` out
+    others); every one clips each variable's gradient at ``clip_grad`` (DINO's), and ``adamw`` and ``lars``
+    (`torch_optimizers`) also take a weight-decay schedule to ``weight_decay_end``. Each leaves ``held_variables`` out
     of its update for the first ``held_steps`` steps (the model's `held_variables`). float16 wraps it in dynamic loss
     scaling whose skip decision covers every replica's gradients (:class:`CrossReplicaLossScaleOptimizer`).
 
     Raises:
-      ValueError: an unknown optimizer, or ``weight_decay_end`` / ``clip_grad`` with ``sgd``.
+      ValueError: an unknown optimizer, or ``weight_decay_end`` with ``sgd``.
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; choose from {', '.join(OPTIMIZERS)}")
@@ -198,10 +206,11 @@ def build_optimizer(
     constant = {"constant_lr": lr, "constant_lr_variables": constant_lr_variables, "held_variables": held_variables,
                 "held_steps": held_steps}
     if optimizer == "sgd":
-        if weight_decay_end is not None or clip_grad:
-            raise ValueError("--weight_decay_end and --clip_grad are for --optimizer=adamw or lars; sgd decays and "
-                             "steps as the paper's reference")
-        optimizer = TorchSGD(schedule, momentum=momentum, l2=weight_decay, decay_exclude=decay_exclude, **constant)
+        if weight_decay_end is not None:
+            raise ValueError("--weight_decay_end is for --optimizer=adamw or lars; sgd decays as the paper's "
+                             "reference, at a constant rate")
+        optimizer = TorchSGD(schedule, momentum=momentum, l2=weight_decay, decay_exclude=decay_exclude,
+                             clip_grad=clip_grad, **constant)
     elif optimizer == "adamw":
         optimizer = TorchAdamW(schedule, weight_decay=weight_decay, weight_decay_end=weight_decay_end,
                                total_steps=total_steps, clip_grad=clip_grad, decay_exclude=decay_exclude, **constant)

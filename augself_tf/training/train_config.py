@@ -91,8 +91,8 @@ class TrainConfig:
     weight_decay_end: float | None = option(None, "adamw/lars: the weight decay reached at the last step on a "
                                                   "per-step cosine from --weight_decay (DINO: 0.04 to 0.4); unset: "
                                                   "constant.", minimum=0)
-    clip_grad: float = option(0.0, "adamw/lars: clip each variable's gradient to this norm, after the replicas' sum "
-                                   "(DINO's clip_gradients: 3.0); 0: off.", minimum=0)
+    clip_grad: float = option(0.0, "Clip each variable's gradient to this norm, after the replicas' sum and before "
+                                   "the decay (DINO's clip_gradients: 3.0, with any optimizer); 0: off.", minimum=0)
     weight_decay_exclude: str = option(AUTO_EXCLUDE, "Variables the weight decay (and LARS's trust ratio) skips: "
                                                      "'none' (every variable, as the paper's reference), '1d' "
                                                      "(biases and BN scales and offsets: every variable of at most "
