@@ -1,7 +1,8 @@
 """AdamW and LARS (augself_tf/training/torch_optimizers.py), and SGD under DINO's clipping, step by step against NumPy
 transcriptions of `torch.optim.AdamW` (`_single_tensor_adamw`), MoCo v3's `moco/optimizer.py` LARS, `torch.optim.SGD`,
-DINO's `clip_gradients` and `cosine_scheduler`, under MoCo v3's warm-up + cosine learning rate; then the same steps through the float16
-loss-scale wrapper on 2 replicas. Keras' own AdamW fails the AdamW comparison (its ε), so the test can fail."""
+DINO's `clip_gradients` and `cosine_scheduler`, under MoCo v3's warm-up + cosine learning rate; then the same steps
+through the float16 loss-scale wrapper on 2 replicas. Keras' own AdamW fails the AdamW comparison (its ε), so the
+test can fail."""
 
 from __future__ import annotations
 
@@ -76,9 +77,9 @@ def moco_v3_lars(p, mu, g, lr, wd, momentum=0.9, trust=0.001, excluded=None):
 
 
 def torch_sgd(p, buf, g, lr, wd, momentum=0.9):
-    """torch/optim/sgd.py _single_tensor_sgd (dampening 0, no Nesterov): coupled decay, momentum in gradient units."""
-    d_p = g + wd * p
-    buf = d_p.copy() if buf is None else momentum * buf + d_p
+    """torch.optim.SGD.step for one parameter (coupled L2, dampening 0): the buffer starts as the first gradient."""
+    g = g + wd * p
+    buf = g if buf is None else momentum * buf + g
     return p - lr * buf, buf
 
 
@@ -257,13 +258,6 @@ def test_max_steps_keeps_the_warmups_share_of_the_run():
 
 # ------------------------------------------------------------------------ variables held out of the update
 HELD = 5
-
-
-def torch_sgd(p, buf, g, lr, wd, momentum=0.9):
-    """torch.optim.SGD.step for one parameter (coupled L2, dampening 0): the buffer starts as the first gradient."""
-    g = g + wd * p
-    buf = g if buf is None else momentum * buf + g
-    return p - lr * buf, buf
 
 
 def reference_held(kind: str, p0: dict, a: np.ndarray) -> dict:
