@@ -13,8 +13,9 @@ flags/base/dino_tiny.cfg; docs/experiments.md, "The ViT and DINO evidence"), exc
 - DINO runs 4 local crops of 32 px, not the flagfile's 8: half the student's cost on 2 cores, and AugSelf reads only
   the two global crops;
 - DINO on the ResNet: DINO's ResNet-50 recipe (SGD 0.03·B/256, weight decay 1e-4, global crops 0.14-1, local
-  0.05-0.14), the CPU head of its ViT setting; its base stayed at the floor over this budget, so DINO ± AugSelf also
-  train at the recipe sweep's choice for DINO (tagged ``ledger``), listed once that sweep is complete.
+  0.05-0.14) without its per-parameter clipping (our SGD did not clip when the arm ran), the CPU head of its ViT
+  setting; its base stayed at the floor over this budget, so DINO ± AugSelf also train at the recipe sweep's choice
+  for DINO (tagged ``ledger``), listed once that sweep is complete.
 
 Each architecture has its never-trained floor at the floor's seeds: the ViT with MoCo v3's fixed sin-cos position
 embedding and frozen patch projection (``+sincos``), the ViT with DINO's learned position embedding (``+learned``),
@@ -52,7 +53,7 @@ DINO = (*arm_settings.DINO_METHOD, ("weight_decay_exclude", "1d"), ("warmup_epoc
 DINO_VIT = (*LEARNED_VIT, ("optimizer", "adamw"), ("lr", "0.0005"), ("weight_decay", "0.04"),
             ("weight_decay_end", "0.4"), ("clip_grad", "3.0"), ("global_crop_scale", "0.4,1"),
             ("local_crop_scale", "0.05,0.4"), *DINO)
-# DINO's ResNet-50 recipe (its README: SGD 0.03·B/256, weight decay 1e-4).
+# DINO's ResNet-50 recipe (its README: SGD 0.03·B/256, weight decay 1e-4), unclipped: the recipe sweep's "own".
 DINO_RESNET = (("optimizer", "sgd"), ("lr", "0.03"), ("weight_decay", "1e-4"), *arm_settings.DINO_RESNET_CROPS, *DINO)
 # The tag of the DINO ResNet arms at the recipe sweep's choice (its own recipe stays at the floor over this budget).
 LEDGER_TAG = "ledger"

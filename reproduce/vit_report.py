@@ -27,8 +27,9 @@ MOCOV3_VIT_ROWS = (FLOOR, Row("MoCo v3", "mocov3", "base"), Row("MoCo v3 + AugSe
 DINO_ROWS = (Row("DINO", "dino", "base"), Row("DINO + AugSelf", "dino", "augself", "DINO"))
 RESNET_ROWS = (FLOOR, Row("MoCo v2 (the comparison's)", "moco", "base"),
                Row("MoCo v3", "mocov3", "base", "MoCo v2 (the comparison's)"),
-               Row("DINO (its ResNet-50 recipe)", "dino", "base"),
-               Row("DINO + AugSelf (its ResNet-50 recipe)", "dino", "augself", "DINO (its ResNet-50 recipe)"),
+               Row("DINO (its ResNet-50 recipe, unclipped)", "dino", "base"),
+               Row("DINO + AugSelf (its ResNet-50 recipe, unclipped)", "dino", "augself",
+                   "DINO (its ResNet-50 recipe, unclipped)"),
                Row("DINO (ledger recipe)", "dino", LEDGER_TAG),
                Row("DINO + AugSelf (ledger recipe)", "dino", f"augself+{LEDGER_TAG}", "DINO (ledger recipe)"))
 
@@ -100,7 +101,8 @@ def report_block(ledger_dir: str, arms: Sequence[Arm], command: str = COMMAND) -
     moco_v2 = [a for a in comparison_arms.suite_arms(every) if a.method == "moco" and a.variant == "base"]
     ids = {a.id for a in arms} | {a.id for a in moco_v2}
     line = (_recipe_text(moco_v2_resnet_recipe(every), "MoCo v2's") + "; DINO on the ResNet at its ResNet-50 "
-            "recipe and at the sweep's choice for DINO, " + _recipe_text(dino_resnet_recipe(every), "DINO's"))
+            "recipe (unclipped) and at the sweep's choice for DINO, "
+            + _recipe_text(dino_resnet_recipe(every), "DINO's"))
     label = os.path.relpath(os.path.abspath(ledger_dir), ledger.ROOT).replace(os.sep, "/") + "/"
     return render([e for e in every if e["arm"] in ids], arms, moco_v2, line, label, command,
                   ledger.load_timings(ledger_dir, SUITE))
