@@ -92,7 +92,7 @@ def render(entries: Sequence[dict], arms: Sequence[Arm], moco_v2: Sequence[Arm],
 
 def _recipe_text(recipe: Recipe | None, whose: str) -> str:
     return (f"not chosen yet ({whose} sweep is not complete; its rows are not listed)" if recipe is None
-            else f"{recipe.label} ({recipe.rates})")
+            else f"{recipe.label} ({recipe.rates}, other settings: {recipe.settings_label})")
 
 
 def report_block(ledger_dir: str, arms: Sequence[Arm], command: str = COMMAND) -> str:

@@ -174,19 +174,21 @@ def test_weight_decay_end_is_refused_with_sgd():
         build_optimizer(0.1, 256, 10, optimizer="adam")
 
 
-@pytest.mark.parametrize("kind", ["adamw", "lars"])
+@pytest.mark.parametrize("kind", ["adamw", "lars", "sgd"])
 def test_two_replicas_under_the_float16_loss_scale_wrapper_take_the_reference_steps(kind):
     """Each replica holds half the gradient (their sum the whole), scaled by the loss scale as `scale_loss` makes
-    it; after a step with an overflow on replica 1 alone (skipped on both), the run still follows the reference."""
+    it; after a step with an overflow on replica 1 alone (skipped on both), the run still follows the reference:
+    each optimizer clips the whole, unscaled gradient (SGD with its constant decay, as DINO's ResNet recipe)."""
     from conftest import mirrored_cpus
 
     rng = np.random.default_rng(3)
     a, p0 = _a(rng), _p0(rng)
-    ref = reference(kind, p0, a, exclude_1d=True, wd_end=WD_END, clip=CLIP)
+    wd_end = None if kind == "sgd" else WD_END
+    ref = reference(kind, p0, a, exclude_1d=True, wd_end=wd_end, clip=CLIP)
     strategy = mirrored_cpus("one_device")
     with strategy.scope():
         variables = [keras.Variable(p0[k], name=k) for k in p0]
-        optimizer = _optimizer(kind, exclude_1d=True, wd_end=WD_END, clip=CLIP, mixed_precision="float16")
+        optimizer = _optimizer(kind, exclude_1d=True, wd_end=wd_end, clip=CLIP, mixed_precision="float16")
         optimizer.build(variables)
 
     @tf.function
@@ -208,7 +210,7 @@ def test_two_replicas_under_the_float16_loss_scale_wrapper_take_the_reference_st
     for _ in range(STEPS):
         step(tf.constant(False))
     # The skipped step still counts in the schedule's step (as TorchSGD under the wrapper): compare from step 1.
-    shifted = reference_shifted(kind, p0, a)
+    shifted = reference_shifted(kind, p0, a, wd_end)
     for k, v in zip(p0, variables, strict=True):
         for value in [np.asarray(x) for x in v.value.values]:
             np.testing.assert_allclose(value, shifted[k], rtol=1e-5, atol=1e-6, err_msg=k)
@@ -220,7 +222,7 @@ def _grad_tf(p: tf.Tensor, a: np.ndarray) -> tf.Tensor:
     return tf.reshape(tf.linalg.matvec(tf.constant(a, tf.float32), flat) + 1.0, tf.shape(p))
 
 
-def reference_shifted(kind: str, p0: dict, a: np.ndarray) -> dict:
+def reference_shifted(kind: str, p0: dict, a: np.ndarray, wd_end: float | None) -> dict:
     """The reference run of `STEPS` steps whose schedules start one step late (a skipped step counts in
     `iterations`, so lr and wd see steps 1..STEPS), AdamW's bias correction counting the applied steps 1..STEPS
     (torch's GradScaler skips ``optimizer.step()``, so its ``step`` does not count the skipped one)."""
@@ -228,12 +230,14 @@ def reference_shifted(kind: str, p0: dict, a: np.ndarray) -> dict:
     state = dict.fromkeys(p0)
     for step in range(1, STEPS + 1):
         lr = moco_v3_lr(step)
-        wd = dino_wd(step, WD_END)
+        wd = dino_wd(step, wd_end)
         for k in params:
             g = dino_clip(_grad(params[k], a), CLIP)
             if kind == "adamw":
                 params[k], state[k] = torch_adamw(params[k], state[k], g, lr, 0.0 if params[k].ndim <= 1 else wd,
                                                   step)
+            elif kind == "sgd":
+                params[k], state[k] = torch_sgd(params[k], state[k], g, lr, 0.0 if params[k].ndim <= 1 else wd)
             else:
                 params[k], state[k] = moco_v3_lars(params[k], state[k], g, lr, wd)
     return params
@@ -394,3 +398,15 @@ def test_adamw_bias_correction_counts_the_applied_steps_not_the_skipped_ones():
     # Optimizer variables, so the run's checkpoint (`training_state`: optimizer/<path>) holds them.
     paths = {v.path for v in optimizer.variables}
     assert {"torch_adamw/applied_steps", "torch_adamw/held_applied_steps"} <= paths
+
+
+def test_the_run_description_names_the_clip_with_every_optimizer():
+    """The paragraph printed before a run says when gradients are clipped, under SGD too (DINO's ResNet recipe)."""
+    from helpers import tiny_run
+
+    from augself_tf.training.summaries import describe_run
+
+    for optimizer in ("sgd", "adamw"):
+        text = describe_run(tiny_run("unused", optimizer=optimizer, clip_grad=3.0, photometric="host"), 1, 160, 10, 20)
+        assert "gradients clipped at 3.0 per variable" in text, optimizer
+    assert "clipped" not in describe_run(tiny_run("unused", photometric="host"), 1, 160, 10, 20)

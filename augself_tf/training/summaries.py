@@ -49,10 +49,10 @@ _WHERE = {"host": "in the tf.data pipeline", "device": "batched in the training 
 
 def _decay(cfg) -> str:
     """The optimizer and its weight decay, as the run applies them."""
-    if cfg.optimizer == "sgd":
-        return f"coupled L2 {cfg.weight_decay}"
-    end = "" if cfg.weight_decay_end is None else f" to {cfg.weight_decay_end} (cosine)"
     clip = f", gradients clipped at {cfg.clip_grad} per variable" if cfg.clip_grad else ""
+    if cfg.optimizer == "sgd":
+        return f"coupled L2 {cfg.weight_decay}{clip}"
+    end = "" if cfg.weight_decay_end is None else f" to {cfg.weight_decay_end} (cosine)"
     return f"{cfg.optimizer}, weight decay {cfg.weight_decay}{end}{clip}"
 
 
