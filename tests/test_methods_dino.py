@@ -1,9 +1,9 @@
-"""DINO (augself_tf/methods/dino.py): its head and loss against NumPy (crops of one size through the backbone
-together, the teacher on the global crops, the center), the EMA teacher and the center after a step, the teacher
-temperature's warm-up, the last layer held out of the first epoch, a ViT teacher without drop-path, 2 replicas equal
-to one device with local crops; its multi-crop views (each crop rebuilt from the image and its own ω, sizes and area
-ranges, views 1 and 2 the two-view pipeline's); bad options in one line; whole runs that export the backbone alone and
-resume exactly after kill -9."""
+"""DINO (augself_tf/methods/dino.py): its head (with and without BN) and loss against NumPy (crops of one size
+through the backbone together, the teacher on the global crops, the center), the EMA teacher and the center after a
+step, the teacher temperature's warm-up, the last layer held out of the first epoch, a ViT teacher without
+drop-path, 2 replicas equal to one device with local crops; its multi-crop views (each crop rebuilt from the image
+and its own ω, sizes and area ranges, views 1 and 2 the two-view pipeline's); bad options in one line; whole runs
+that export the backbone alone and resume exactly after kill -9."""
 
 from __future__ import annotations
 
@@ -65,11 +65,16 @@ def dino_model(local_crops: int = 2, augself=("crop",), **options) -> DINO:
 
 
 def np_head(x: np.ndarray, head) -> np.ndarray:
-    """DINOHead.forward in NumPy: Linear–GELU (exact)–Linear–GELU–Linear, l2 norm, weight-normalised last layer."""
+    """DINOHead.forward in NumPy: Linear–GELU (exact)–Linear–GELU–Linear, l2 norm, weight-normalised last layer;
+    with its BNs (``use_bn``), each hidden Linear's output normalised by the batch's mean and biased variance (torch's
+    BatchNorm1d in train mode, eps 1e-5), then scaled by γ and shifted by β."""
     x = np.asarray(x, np.float64)
     for i, linear in enumerate(head.linears):
         x = x @ linear.kernel.numpy().astype(np.float64) + linear.bias.numpy()
         if i < 2:
+            if head.norms:
+                bn = head.norms[i]
+                x = (x - x.mean(0)) / np.sqrt(x.var(0) + 1e-5) * bn.gamma.numpy() + bn.beta.numpy()
             x = 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
     x = x / np.linalg.norm(x, axis=-1, keepdims=True)
     v = head.last_v.numpy().astype(np.float64)
@@ -88,6 +93,33 @@ def test_the_head_is_dinos_with_its_last_layer_normalised_to_one():
     np.testing.assert_allclose(head(x).numpy(), np_head(x, head), rtol=1e-4, atol=1e-6)
     trained = dino_model(norm_last_layer=False).projector
     assert trained.last_g.trainable and trained.last_layer_variables() == [trained.last_v, trained.last_g]
+    assert head.norms == []  # DINO's default: no BN
+
+
+def test_a_bn_head_normalises_each_hidden_layer_with_the_batch_in_the_student_and_the_teacher():
+    model = dino_model(use_bn_in_head=True)
+    head, teacher_head = model.projector, model.momentum_encoder.projector
+    assert [n.name for n in head.norms] == ["student_head_bn1", "student_head_bn2"] and len(teacher_head.norms) == 2
+    rng = np.random.default_rng(1)
+    for bn in head.norms:  # γ and β away from 1 and 0, so that the comparison reads them
+        bn.gamma.assign(rng.uniform(0.5, 1.5, bn.gamma.shape).astype("float32"))
+        bn.beta.assign(rng.normal(size=bn.beta.shape).astype("float32"))
+    x = rng.normal(size=[6, model.feature_dim]).astype("float32")
+    np.testing.assert_allclose(head(x, training=True).numpy(), np_head(x, head), rtol=1e-4, atol=1e-5)
+    # The teacher's head sees its batch too (DINO's teacher in train mode): the loss is DINO's on those targets.
+    model.center.assign(rng.normal(size=(1, 12)).astype("float32"))
+    b = tf.nest.map_structure(tf.convert_to_tensor, dino_batch(2))
+    forward = model.method_forward(b, training=True)
+    glob = np.concatenate([b["view1"], b["view2"]])
+    local = np.concatenate([b["view3"], b["view4"]])
+    student = np_head(np.concatenate([model.backbone(glob, training=True).numpy(),
+                                      model.backbone(local, training=True).numpy()]), head)
+    encoder = model.momentum_encoder
+    teacher = np_head(encoder.backbone(glob, training=True).numpy(), teacher_head)
+    want = np_dino_loss(student, teacher, model.center.numpy(), 4, 2, 0.1, 0.04)
+    np.testing.assert_allclose(float(forward.loss), want, rtol=1e-4)
+    # Without the batch's statistics (the moving ones, at their start) the head is another function.
+    assert np.abs(head(x, training=False).numpy() - np_head(x, head)).max() > 1e-3
 
 
 def test_the_loss_is_dinos_on_crops_grouped_by_size_with_the_teacher_on_the_global_crops():
@@ -182,10 +214,12 @@ def test_a_vit_teacher_runs_without_drop_path_and_local_crops_interpolate_the_po
     assert np.isfinite(float(forward.loss))
 
 
-def test_two_replicas_equal_one_device_with_local_crops_and_the_center_all_reduced():
+@pytest.mark.parametrize("use_bn_in_head", [False, True], ids=["dinos_head", "bn_head"])
+def test_two_replicas_equal_one_device_with_local_crops_and_the_center_all_reduced(use_bn_in_head):
     b = dino_batch(5, n=8)
     single, double, one, two = one_device_and_two_replicas(
-        lambda: dino_model(local_crops=2, sync=tf.distribute.has_strategy(), total_steps=10), b)
+        lambda: dino_model(local_crops=2, sync=tf.distribute.has_strategy(), total_steps=10,
+                           use_bn_in_head=use_bn_in_head), b)
     assert np.abs(single.center.numpy()).max() > 0
     assert_replicas_equal_one_device(single, double, one, two)  # every weight, the center among them
 

@@ -32,6 +32,7 @@ from augself_tf.losses.dino_distillation import dino_cross_entropy, global_batch
 from augself_tf.methods.augself_model import Forward
 from augself_tf.methods.mocov3 import ASYMMETRIC_VIEWS
 from augself_tf.methods.momentum import MomentumMethod, cosine_tau
+from augself_tf.models.resnet import batch_norm
 from augself_tf.models.vit import is_vit_model
 
 #: DINO's global crop area without local crops (its help: "we recommend --global_crops_scale 0.14 1.") and with.
@@ -40,7 +41,10 @@ GLOBAL_SCALE_ALONE, GLOBAL_SCALE_MULTI_CROP = (0.14, 1.0), (0.4, 1.0)
 
 class DINOHead(keras.layers.Layer):
     """``DINOHead``: Linear(hidden)–GELU–Linear(hidden)–GELU–Linear(bottleneck), l2 normalisation, then a bias-free
-    weight-normalised Linear(K), W = g·v/‖v‖ per output unit, g fixed at 1 (``norm_last_layer``) or trained.
+    weight-normalised Linear(K), W = g·v/‖v‖ per output unit, g fixed at 1 (``norm_last_layer``) or trained. With
+    ``use_bn`` (DINO's ``--use_bn_in_head``), a BN between each hidden Linear and its GELU, the Linears keeping their
+    bias as ``nn.Linear`` does; its statistics span the replicas with ``synchronized_bn`` (DINO converts the whole
+    student to SyncBatchNorm).
 
     Initialisation as DINO's: the MLP's linears N(0, 0.02) (torch's ``trunc_normal_`` cuts at ±2, 100 σ: a plain
     normal), zero biases; v as ``nn.Linear``'s default, U(±1/√bottleneck); g ones, shaped [1, K] (torch's
@@ -48,18 +52,21 @@ class DINOHead(keras.layers.Layer):
     """
 
     def __init__(self, out_dim: int, hidden: int = 2048, bottleneck: int = 256, norm_last_layer: bool = True,
-                 **kwargs) -> None:
+                 use_bn: bool = False, synchronized_bn: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
         self.out_dim, self.bottleneck, self.norm_last_layer = int(out_dim), int(bottleneck), bool(norm_last_layer)
         init = {"kernel_initializer": keras.initializers.RandomNormal(stddev=0.02), "bias_initializer": "zeros"}
         self.linears = [keras.layers.Dense(units, name=f"{self.name}_fc{i + 1}", **init)
                         for i, units in enumerate((hidden, hidden, bottleneck))]
+        self.norms = [batch_norm(synchronized_bn, name=f"{self.name}_bn{i + 1}") for i in range(2)] if use_bn else []
 
     def build(self, input_shape) -> None:
         dim = int(input_shape[-1])
         for linear in self.linears:
             linear.build((None, dim))
             dim = linear.units
+        for norm, linear in zip(self.norms, self.linears, strict=False):
+            norm.build((None, linear.units))
         bound = 1.0 / math.sqrt(self.bottleneck)
         self.last_v = self.add_weight(shape=(self.bottleneck, self.out_dim), name="last_layer_v",
                                       initializer=keras.initializers.RandomUniform(-bound, bound))
@@ -67,10 +74,12 @@ class DINOHead(keras.layers.Layer):
                                       trainable=not self.norm_last_layer)
         super().build(input_shape)
 
-    def call(self, x: tf.Tensor) -> tf.Tensor:
+    def call(self, x: tf.Tensor, training: bool | None = None) -> tf.Tensor:
         for i, linear in enumerate(self.linears):
             x = linear(x)
             if i < len(self.linears) - 1:
+                if self.norms:
+                    x = self.norms[i](x, training=training)
                 x = keras.activations.gelu(x, approximate=False)
         x = tf.math.l2_normalize(tf.cast(x, tf.float32), axis=-1)
         v = tf.cast(self.last_v, tf.float32)
@@ -99,6 +108,8 @@ class DINO(MomentumMethod):
         dino_bottleneck: int = option(256, "DINO: the head's output before its l2 norm and last layer")
         norm_last_layer: bool = option(True, "DINO: the last layer's weight norm fixed at 1 (off: trained, DINO's "
                                              "choice for ViT-S at 300 epochs)")
+        use_bn_in_head: bool = option(False, "DINO: BN between each hidden linear of the head and its GELU (DINO's "
+                                             "--use_bn_in_head, off in its README runs)")
         student_temperature: float = option(0.1, "DINO: the student's softmax temperature")
         teacher_temperature: float = option(0.04, "DINO: the teacher's softmax temperature after its warm-up")
         warmup_teacher_temperature: float = option(0.04, "DINO: the teacher's temperature at the first epoch, raised "
@@ -178,7 +189,8 @@ class DINO(MomentumMethod):
         self.steps_per_epoch = int(o.steps_per_epoch or 0)
         self.total_steps = o.total_steps
         head = {"out_dim": o.dino_out_dim, "hidden": o.dino_hidden, "bottleneck": o.dino_bottleneck,
-                "norm_last_layer": o.norm_last_layer}
+                "norm_last_layer": o.norm_last_layer, "use_bn": o.use_bn_in_head,
+                "synchronized_bn": self.synchronized_bn}
         self.projector = DINOHead(name="student_head", **head)
         self.create_momentum_encoder(projector=DINOHead(name="teacher_head", **head))
 
@@ -224,7 +236,10 @@ class DINO(MomentumMethod):
         if self.local_crops:
             features.append(self.backbone(tf.concat(views[self.global_crops:], axis=0), training=training))
         student = self.projector(tf.concat([tf.cast(f, tf.float32) for f in features], axis=0), training=training)
-        _, teacher = self.momentum_encoder.encode(global_images, training and not self.vit)
+        # A ViT teacher runs in inference mode (no drop-path); its head, as DINO's whole teacher, in training mode
+        # (a BN head normalises with the batch's statistics).
+        teacher_features = self.momentum_encoder.backbone(global_images, training=training and not self.vit)
+        teacher = self.momentum_encoder.projector(tf.cast(teacher_features, tf.float32), training=training)
         teacher = tf.stop_gradient(tf.cast(teacher, tf.float32))
         step = tf.cast(self.optimizer.iterations, tf.float32) if getattr(self, "optimizer", None) is not None else 0.0
         temperature = self.teacher_temperature_at(step)
