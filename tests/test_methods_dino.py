@@ -101,7 +101,7 @@ def test_a_bn_head_normalises_each_hidden_layer_with_the_batch_in_the_student_an
     head, teacher_head = model.projector, model.momentum_encoder.projector
     assert [n.name for n in head.norms] == ["student_head_bn1", "student_head_bn2"] and len(teacher_head.norms) == 2
     rng = np.random.default_rng(1)
-    for bn in head.norms:  # γ and β away from 1 and 0, so that the comparison reads them
+    for bn in head.norms + teacher_head.norms:  # γ and β away from 1 and 0, so that the comparison reads them
         bn.gamma.assign(rng.uniform(0.5, 1.5, bn.gamma.shape).astype("float32"))
         bn.beta.assign(rng.normal(size=bn.beta.shape).astype("float32"))
     x = rng.normal(size=[6, model.feature_dim]).astype("float32")
@@ -146,8 +146,11 @@ def test_the_loss_is_dinos_on_crops_grouped_by_size_with_the_teacher_on_the_glob
     assert abs(other - want) > 1e-4
 
 
-def test_a_step_moves_the_teacher_by_its_cosine_momentum_and_the_center_by_0_9():
-    model = dino_model(local_crops=1, total_steps=4)
+@pytest.mark.parametrize("use_bn_in_head", [False, True], ids=["dinos_head", "bn_head"])
+def test_a_step_moves_the_teacher_by_its_cosine_momentum_and_the_center_by_0_9(use_bn_in_head):
+    """γ and β move with the EMA as every trained weight; a BN head's moving statistics are not averaged (DINO's
+    EMA covers parameters, not buffers): the teacher's follow its own batches."""
+    model = dino_model(local_crops=1, total_steps=4, use_bn_in_head=use_bn_in_head)
     compile_model(model, lr=0.1, total_steps=4)
     online = model.backbone.weights + model.projector.weights
     encoder = model.momentum_encoder
@@ -155,7 +158,16 @@ def test_a_step_moves_the_teacher_by_its_cosine_momentum_and_the_center_by_0_9()
     b = dino_batch(2, local_crops=1)
     for t in range(2):
         glob = np.concatenate([b["view1"], b["view2"]])
-        teacher = np_head(encoder.backbone(glob, training=True).numpy(), encoder.projector)
+        teacher_features = encoder.backbone(glob, training=True).numpy()
+        teacher = np_head(teacher_features, encoder.projector)
+        hidden = teacher_features.astype(np.float64)  # each teacher BN's input: its batch mean moves its mean
+        batch_means = []
+        for i, bn in enumerate(encoder.projector.norms):
+            linear = encoder.projector.linears[i]
+            hidden = hidden @ linear.kernel.numpy() + linear.bias.numpy()
+            batch_means.append((bn.moving_mean.numpy(), hidden.mean(0)))
+            hidden = (hidden - hidden.mean(0)) / np.sqrt(hidden.var(0) + 1e-5) * bn.gamma.numpy() + bn.beta.numpy()
+            hidden = 0.5 * hidden * (1.0 + erf(hidden / math.sqrt(2.0)))
         before = [w.numpy() for w in target]
         center = model.center.numpy()
         logs = eager_steps(model, [b])[0]
@@ -167,6 +179,10 @@ def test_a_step_moves_the_teacher_by_its_cosine_momentum_and_the_center_by_0_9()
         np.testing.assert_allclose(model.center.numpy(), 0.9 * center + 0.1 * teacher.mean(0, keepdims=True),
                                    rtol=1e-4, atol=1e-6)
         assert np.abs(model.center.numpy()).max() > 0
+        for bn, (old_mean, batch_mean) in zip(encoder.projector.norms, batch_means, strict=True):
+            np.testing.assert_allclose(bn.moving_mean.numpy(), 0.9 * old_mean + 0.1 * batch_mean, rtol=1e-4,
+                                       atol=1e-6)
+    assert len(encoder.projector.norms) == (2 if use_bn_in_head else 0)
 
 
 def test_the_teacher_temperature_warms_up_linearly_per_epoch():
@@ -194,19 +210,25 @@ def test_the_last_layer_is_left_out_of_the_first_epochs_update():
     assert not np.array_equal(model.projector.last_v.numpy(), v0)
 
 
-def test_a_vit_teacher_runs_without_drop_path_and_local_crops_interpolate_the_position_embedding():
+@pytest.mark.parametrize("use_bn_in_head", [False, True], ids=["dinos_head", "bn_head"])
+def test_a_vit_teacher_runs_without_drop_path_and_local_crops_interpolate_the_position_embedding(use_bn_in_head):
+    """The ViT teacher's backbone runs in inference mode (no drop-path), its head in training mode as DINO's whole
+    teacher (a BN head normalises with the batch's statistics)."""
     keras.utils.set_random_seed(1)
     vit.VIT_SIZES["vit_test"] = ViTSize(8, 2, 2, 4)
     try:
         backbone = build_vit("vit_test", image_size=S, drop_path=0.5, position="learned")
     finally:
         del vit.VIT_SIZES["vit_test"]
-    model = build_method("dino", backbone, options={**HEAD, "local_crops": 2, "local_crop_size": float(LOCAL)},
+    model = build_method("dino", backbone, options={**HEAD, "local_crops": 2, "local_crop_size": float(LOCAL),
+                                                    "use_bn_in_head": use_bn_in_head},
                          augself={"crop": 1.0}, augment=AugmentConfig(image_size=S))
     model.build_all(S)
     b = tf.nest.map_structure(tf.convert_to_tensor, dino_batch(4))
     glob = tf.concat([b["view1"], b["view2"]], 0)
-    _, teacher = model.momentum_encoder.encode(glob, training=False)
+    encoder = model.momentum_encoder
+    features = encoder.backbone(glob, training=False).numpy()
+    teacher = np_head(features, encoder.projector)
     for _ in range(2):  # the student's drop-path draws change; the teacher's outputs do not
         forward = model.method_forward(b, training=True)
         np.testing.assert_allclose(forward.aux["batch_mean"].numpy(), tf.reduce_mean(teacher, 0, keepdims=True),
