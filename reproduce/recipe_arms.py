@@ -91,11 +91,12 @@ BASE_RECIPES = {
 # 5.0 → 6.4; docs/results.md), so its rate is swept up to the one MoCo v2's sweep chose, 10× DINO's, its decay rule
 # and its warm-up (12 of 120 epochs) kept; then its own recipe with the per-parameter clipping DINO runs under SGD
 # too (the first arms ran without it, when our SGD did not clip), and with BN in its head as well (DINO's
-# --use_bn_in_head: a ResNet's features, all positive after its last ReLU, are more alike across images at the start
-# than a ViT's, and a BN head takes out what they share); then the two
+# --use_bn_in_head; the hypothesis: a ResNet's features, all positive after its last ReLU, are more alike across
+# images at the start than a ViT's, and a BN head takes out what they share), at its rate and at 10×; then the two
 # other published ways DINO trains: its ViT recipe (AdamW, the one that learned on the ViT at this budget) and
 # solo-learn's CIFAR ResNet-18 (two crops, a softer teacher: τ_t 0.07).
 DINO_OWN = "own"
+DINO_BN_HEAD = (("clip_grad", "3.0"), ("use_bn_in_head", "true"))
 DINO_ADAMW = (("optimizer", "adamw"), ("weight_decay_end", "0.4"), ("clip_grad", "3.0"))
 # solo-learn's scripts/pretrain/cifar/dino.yaml with solo/methods/dino.py's defaults (no local crops, crop area
 # 0.08-1, τ_t 0.07 from the first step: its warm-up epochs default to 0), with SGD for its LARS (as SimCLR's "solo"),
@@ -107,9 +108,12 @@ DINO_RECIPES = (Recipe(DINO_OWN, 0.03, 1e-4, 12, "1d", source="DINO's ResNet-50 
                 Recipe("own-clip", 0.03, 1e-4, 12, "1d", settings=(("clip_grad", "3.0"),),
                        settings_label="gradients clipped at 3",
                        source="DINO's ResNet-50 recipe with its clipping (main_dino.py --clip_grad 3.0)"),
-                Recipe("bn-head", 0.03, 1e-4, 12, "1d", settings=(("clip_grad", "3.0"), ("use_bn_in_head", "true")),
+                Recipe("bn-head", 0.03, 1e-4, 12, "1d", settings=DINO_BN_HEAD,
                        settings_label="gradients clipped at 3, BN in the head",
                        source="DINO's ResNet-50 recipe with its clipping and its --use_bn_in_head"),
+                Recipe("bn-head-x10", 0.3, 1e-4, 12, "1d", settings=DINO_BN_HEAD,
+                       settings_label="gradients clipped at 3, BN in the head",
+                       source="the BN-head screen at 10× DINO's rate: MoCo v2's ledger rate"),
                 Recipe("dino-x3", 0.1, 1e-4, 12, "1d", source="DINO's at 3× its rate"),
                 Recipe("dino-x10", 0.3, 1e-4, 12, "1d", source="DINO's at 10× its rate: MoCo v2's ledger rate"),
                 Recipe("adamw", 0.0005, 0.04, 12, "1d", settings=DINO_ADAMW,
