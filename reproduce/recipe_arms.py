@@ -94,7 +94,7 @@ BASE_RECIPES = {
 # --use_bn_in_head; the hypothesis: a ResNet's features, all positive after its last ReLU, are more alike across
 # images at the start than a ViT's, and a BN head takes out what they share), at its rate and at 10×; then the two
 # other published ways DINO trains: its ViT recipe (AdamW, the one that learned on the ViT at this budget) and
-# solo-learn's CIFAR ResNet-18 (two crops, a softer teacher: τ_t 0.07).
+# solo-learn's CIFAR ResNet-18 (two crops, a softer teacher: τ_t 0.07), that one with BN in the head too.
 DINO_OWN = "own"
 DINO_BN_HEAD = (("clip_grad", "3.0"), ("use_bn_in_head", "true"))
 DINO_ADAMW = (("optimizer", "adamw"), ("weight_decay_end", "0.4"), ("clip_grad", "3.0"))
@@ -120,7 +120,10 @@ DINO_RECIPES = (Recipe(DINO_OWN, 0.03, 1e-4, 12, "1d", source="DINO's ResNet-50 
                        settings_label="AdamW, weight decay → 0.4, clip 3", source="DINO's ViT recipe (its README)"),
                 Recipe("solo", 0.3, 1e-6, 10, "1d", settings=DINO_SOLO,
                        settings_label="2 crops of area 0.08-1, τ_t 0.07",
-                       source="solo-learn's CIFAR DINO ResNet-18, SGD for LARS"))
+                       source="solo-learn's CIFAR DINO ResNet-18, SGD for LARS"),
+                Recipe("solo-bn", 0.3, 1e-6, 10, "1d", settings=(*DINO_SOLO, ("use_bn_in_head", "true")),
+                       settings_label="2 crops of area 0.08-1, τ_t 0.07, BN in the head",
+                       source="solo-learn's CIFAR DINO with its use_bn_in_head"))
 RECIPES = {"simsiam": SIMSIAM_RECIPES, **BASE_RECIPES, "dino": DINO_RECIPES}
 # What a method's arm needs besides the recipe: MoCo's queue at the ledger's length (reproduce/arm_settings.py);
 # DINO's method, its ResNet crops and SGD.

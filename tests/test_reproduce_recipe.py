@@ -34,7 +34,7 @@ def test_arms_carry_their_recipe_flags_no_evaluation_and_the_held_out_monitor():
     dino = {a.name: a for a in arms if a.method == "dino"}
     assert list(dino) == ["tiny-dino-own-s0", "tiny-dino-own-clip-s0", "tiny-dino-bn-head-s0",
                           "tiny-dino-bn-head-x10-s0", "tiny-dino-dino-x3-s0", "tiny-dino-dino-x10-s0",
-                          "tiny-dino-adamw-s0", "tiny-dino-solo-s0"]
+                          "tiny-dino-adamw-s0", "tiny-dino-solo-s0", "tiny-dino-solo-bn-s0"]
     own = dict(dino["tiny-dino-own-s0"].train_flags)
     assert {k: own[k] for k in ("optimizer", "lr", "weight_decay", "warmup_epochs", "weight_decay_exclude")} == {
         "optimizer": "sgd", "lr": "0.03", "weight_decay": "0.0001", "warmup_epochs": "12", "weight_decay_exclude": "1d"}
@@ -54,6 +54,8 @@ def test_arms_carry_their_recipe_flags_no_evaluation_and_the_held_out_monitor():
     assert clipped == {**own, "clip_grad": "3.0"}  # DINO's own recipe, and its clipping
     assert dict(dino["tiny-dino-bn-head-s0"].train_flags) == {**clipped, "use_bn_in_head": "true"}
     assert dict(dino["tiny-dino-bn-head-x10-s0"].train_flags) == {**clipped, "use_bn_in_head": "true", "lr": "0.3"}
+    solo = dict(dino["tiny-dino-solo-s0"].train_flags)
+    assert dict(dino["tiny-dino-solo-bn-s0"].train_flags) == {**solo, "use_bn_in_head": "true"}
 
 
 @pytest.mark.parametrize("arm", recipe_arms.sweep_arms(), ids=lambda a: a.name)
