@@ -97,6 +97,7 @@ BASE_RECIPES = {
 # solo-learn's CIFAR ResNet-18 (two crops, a softer teacher: τ_t 0.07), that one with BN in the head too.
 DINO_OWN = "own"
 DINO_BN_HEAD = (("clip_grad", "3.0"), ("use_bn_in_head", "true"))
+DINO_BN_HEAD_LABEL = "gradients clipped at 3, BN in the head"
 DINO_ADAMW = (("optimizer", "adamw"), ("weight_decay_end", "0.4"), ("clip_grad", "3.0"))
 # solo-learn's scripts/pretrain/cifar/dino.yaml with solo/methods/dino.py's defaults (no local crops, crop area
 # 0.08-1, τ_t 0.07 from the first step: its warm-up epochs default to 0), with SGD for its LARS (as SimCLR's "solo"),
@@ -109,10 +110,10 @@ DINO_RECIPES = (Recipe(DINO_OWN, 0.03, 1e-4, 12, "1d", source="DINO's ResNet-50 
                        settings_label="gradients clipped at 3",
                        source="DINO's ResNet-50 recipe with its clipping (main_dino.py --clip_grad 3.0)"),
                 Recipe("bn-head", 0.03, 1e-4, 12, "1d", settings=DINO_BN_HEAD,
-                       settings_label="gradients clipped at 3, BN in the head",
+                       settings_label=DINO_BN_HEAD_LABEL,
                        source="DINO's ResNet-50 recipe with its clipping and its --use_bn_in_head"),
                 Recipe("bn-head-x10", 0.3, 1e-4, 12, "1d", settings=DINO_BN_HEAD,
-                       settings_label="gradients clipped at 3, BN in the head",
+                       settings_label=DINO_BN_HEAD_LABEL,
                        source="the BN-head screen at 10× DINO's rate: MoCo v2's ledger rate"),
                 Recipe("dino-x3", 0.1, 1e-4, 12, "1d", source="DINO's at 3× its rate"),
                 Recipe("dino-x10", 0.3, 1e-4, 12, "1d", source="DINO's at 10× its rate: MoCo v2's ledger rate"),

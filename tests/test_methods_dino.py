@@ -64,15 +64,17 @@ def dino_model(local_crops: int = 2, augself=("crop",), **options) -> DINO:
     return make_model("dino", augself=augself, local_crops=local_crops, **{**HEAD, **options})
 
 
-def np_head(x: np.ndarray, head) -> np.ndarray:
+def np_head(x: np.ndarray, head, bn_inputs: list | None = None) -> np.ndarray:
     """DINOHead.forward in NumPy: Linear–GELU (exact)–Linear–GELU–Linear, l2 norm, weight-normalised last layer;
     with its BNs (``use_bn``), each hidden Linear's output normalised by the batch's mean and biased variance (torch's
-    BatchNorm1d in train mode, eps 1e-5), then scaled by γ and shifted by β."""
+    BatchNorm1d in train mode, eps 1e-5), then scaled by γ and shifted by β. ``bn_inputs`` collects each BN's input."""
     x = np.asarray(x, np.float64)
     for i, linear in enumerate(head.linears):
         x = x @ linear.kernel.numpy().astype(np.float64) + linear.bias.numpy()
         if i < 2:
             if head.norms:
+                if bn_inputs is not None:
+                    bn_inputs.append(x)
                 bn = head.norms[i]
                 x = (x - x.mean(0)) / np.sqrt(x.var(0) + 1e-5) * bn.gamma.numpy() + bn.beta.numpy()
             x = 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
@@ -158,16 +160,10 @@ def test_a_step_moves_the_teacher_by_its_cosine_momentum_and_the_center_by_0_9(u
     b = dino_batch(2, local_crops=1)
     for t in range(2):
         glob = np.concatenate([b["view1"], b["view2"]])
-        teacher_features = encoder.backbone(glob, training=True).numpy()
-        teacher = np_head(teacher_features, encoder.projector)
-        hidden = teacher_features.astype(np.float64)  # each teacher BN's input: its batch mean moves its mean
-        batch_means = []
-        for i, bn in enumerate(encoder.projector.norms):
-            linear = encoder.projector.linears[i]
-            hidden = hidden @ linear.kernel.numpy() + linear.bias.numpy()
-            batch_means.append((bn.moving_mean.numpy(), hidden.mean(0)))
-            hidden = (hidden - hidden.mean(0)) / np.sqrt(hidden.var(0) + 1e-5) * bn.gamma.numpy() + bn.beta.numpy()
-            hidden = 0.5 * hidden * (1.0 + erf(hidden / math.sqrt(2.0)))
+        bn_inputs: list[np.ndarray] = []  # each teacher BN's input: its batch mean moves the BN's moving mean
+        teacher = np_head(encoder.backbone(glob, training=True).numpy(), encoder.projector, bn_inputs)
+        batch_means = [(bn.moving_mean.numpy(), x.mean(0)) for bn, x in zip(encoder.projector.norms, bn_inputs,
+                                                                             strict=True)]
         before = [w.numpy() for w in target]
         center = model.center.numpy()
         logs = eager_steps(model, [b])[0]

@@ -93,15 +93,13 @@ def reference(kind: str, p0: dict, a: np.ndarray, *, exclude_1d: bool, wd_end: f
             g = _grad(params[k], a, scale)
             if clip:
                 g = dino_clip(g, clip)
+            excluded = exclude_1d and params[k].ndim <= 1
             if kind == "adamw":
-                decay = 0.0 if exclude_1d and params[k].ndim <= 1 else wd
-                params[k], state[k] = torch_adamw(params[k], state[k], g, lr, decay, step + 1)
+                params[k], state[k] = torch_adamw(params[k], state[k], g, lr, 0.0 if excluded else wd, step + 1)
             elif kind == "sgd":
-                decay = 0.0 if exclude_1d and params[k].ndim <= 1 else wd
-                params[k], state[k] = torch_sgd(params[k], state[k], g, lr, decay)
+                params[k], state[k] = torch_sgd(params[k], state[k], g, lr, 0.0 if excluded else wd)
             else:
-                params[k], state[k] = moco_v3_lars(params[k], state[k], g, lr, wd,
-                                                   excluded=exclude_1d and params[k].ndim <= 1)
+                params[k], state[k] = moco_v3_lars(params[k], state[k], g, lr, wd, excluded=excluded)
     return params
 
 
