@@ -19,7 +19,7 @@ from reproduce import aware_report, doc_blocks, ledger
 from reproduce.arm_settings import NEVER_TRAINED, Arm
 from reproduce.aware_arms import TABLE_COLUMNS
 from reproduce.comparison_arms import ROWS, RUNNING_BN, SUITE, ledger_recipes
-from reproduce.recipe_arms import FALL, Recipe, curve_summary
+from reproduce.recipe_arms import FALL, Recipe, chosen_text, curve_summary
 from reproduce.report_parts import block_tail, dataset_of, markdown_table
 
 BEGIN, END = "<!-- reproduce_small_comparison:begin -->", "<!-- reproduce_small_comparison:end -->"
@@ -45,10 +45,7 @@ def knn_cell(entries: list[dict]) -> str:
 def recipe_line(method: str, recipe: Recipe | None) -> str:
     """``SimSiam: solo (lr 0.5·B/256, weight decay 1e-05, 5 warm-up epochs, decay on all, other settings: the
     method's; …)``."""
-    if recipe is None:
-        return f"{BASES[method]}: not chosen yet (its sweep is not complete; its rows are not listed)"
-    return (f"{BASES[method]}: {recipe.label} ({recipe.rates}, decay on {recipe.decay_on}, "
-            f"other settings: {recipe.settings_label}; {recipe.source})")
+    return f"{BASES[method]}: {chosen_text(recipe, 'its')}"
 
 
 def bn_table(entries: Sequence[dict], arms: Sequence[Arm]) -> list[str]:

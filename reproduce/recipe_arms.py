@@ -54,11 +54,23 @@ class Recipe:
         """``lr 0.3·B/256, weight decay 0.0001, 5 warm-up epochs``, as the reports say it."""
         return f"lr {self.lr:g}·B/256, weight decay {self.weight_decay:g}, {self.warmup_epochs:g} warm-up epochs"
 
+    def describe(self) -> str:
+        """``solo (lr 0.5·B/256, …, decay on all, other settings: the method's; solo-learn's …)``."""
+        return (f"{self.label} ({self.rates}, decay on {self.decay_on}, other settings: {self.settings_label}; "
+                f"{self.source})")
+
     def flags(self) -> tuple[tuple[str, str], ...]:
         """The train flags, in a fixed order (part of the arm's settings, so of its id)."""
         return (("lr", f"{self.lr:g}"), ("weight_decay", f"{self.weight_decay:g}"),
                 ("warmup_epochs", f"{self.warmup_epochs:g}"), ("weight_decay_exclude", self.weight_decay_exclude),
                 *self.settings)
+
+
+def chosen_text(recipe: Recipe | None, whose: str) -> str:
+    """How the reports name a base's ledger recipe, or say that ``whose`` sweep has not chosen one yet."""
+    if recipe is None:
+        return f"not chosen yet ({whose} sweep is not complete; its rows are not listed)"
+    return recipe.describe()
 
 
 # SimSiam's heads sized to the width-0.25 ResNet-18's 128-d feature (official SimSiam: hidden width = the

@@ -4,8 +4,8 @@ committed ledger entries only.
 One row per recipe of reproduce/recipe_arms.py, in its order: the flags it sets, the kNN monitor on the val split
 (its first point, the never-trained network; its peak; the mean of its last quarter, the ranking figure), the change
 over the second half (the last three points against the three around the middle: a curve that falls is marked), the
-collapse diagnostic at the end (SimSiam's ``z_std``; 1/√d spread, 0 collapsed) and the training rate. Rows without an
-entry read "not yet run". Written between its own markers of docs/results.md.
+collapse diagnostic at the end (SimSiam's ``z_std``: 1/√d spread, 0 collapsed; DINO's teacher target entropy) and the
+training rate. Rows without an entry read "not yet run". Written between its own markers of docs/results.md.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from reproduce.report_parts import NOT_RUN, markdown_table
 
 BEGIN, END = "<!-- reproduce_small_recipe:begin -->", "<!-- reproduce_small_recipe:end -->"
 COMMAND = ledger.COMMAND + " --suite=recipe"
+
+
 def row(arm: Arm, entry: dict | None) -> list[str]:
     """The table row of one recipe's arm."""
     r = recipe_of(arm.settings())
@@ -29,14 +31,24 @@ def row(arm: Arm, entry: dict | None) -> list[str]:
     if entry is None:
         return head + [NOT_RUN, "", "", ""]
     knn = curve_summary(entry["monitors"]["values"].get("knn", []))
-    z = [x for x in entry.get("diagnostics", {}).get("values", {}).get("z_std", []) if x is not None]
+    collapse = collapse_at_end(entry)
     rate = entry["training"].get("seconds_per_step")
     if knn is None:
-        return head + ["—", "", f"{z[-1]:.4f}" if z else "—", f"{rate:.3g}" if rate else "—"]
+        return head + ["—", "", collapse, f"{rate:.3g}" if rate else "—"]
     fall = knn["second_half"] < -FALL
     curve = f"{100 * knn['start']:.1f} → {100 * knn['peak']:.1f} → **{100 * knn['last_quarter']:.1f}**"
     change = f"{100 * knn['second_half']:+.1f}" + (" (falls)" if fall else "")
-    return head + [curve, change, f"{z[-1]:.4f}" if z else "—", f"{rate:.3g}" if rate else "—"]
+    return head + [curve, change, collapse, f"{rate:.3g}" if rate else "—"]
+
+
+def collapse_at_end(entry: dict) -> str:
+    """The last logged collapse diagnostic: SimSiam's ``z_std``, or DINO's teacher target entropy ``H`` (nats)."""
+    values = entry.get("diagnostics", {}).get("values", {})
+    for name, label, digits in (("z_std", "", 4), ("teacher_entropy", "H ", 2)):
+        logged = [x for x in values.get(name, []) if x is not None]
+        if logged:
+            return f"{label}{logged[-1]:.{digits}f}"
+    return "—"
 
 
 def report_block(ledger_dir: str, arms: Sequence[Arm], command: str = COMMAND) -> str:
@@ -50,11 +62,13 @@ def report_block(ledger_dir: str, arms: Sequence[Arm], command: str = COMMAND) -
         "split (no reported column reads it): kNN accuracy % of the val images against the train images, every 2 "
         "epochs, as start (the never-trained network) → peak → **mean of the last quarter** (the ranking figure); "
         f"second half: the last three points against the three around the middle, marked when it falls by more than "
-        f"{100 * FALL:g} (one binomial standard deviation near 5% over 500 queries). z_std: SimSiam's collapse "
-        f"diagnostic at the end (spread: {spread}; collapsed: 0). lr is the base rate (× batch/256).",
+        f"{100 * FALL:g} (one binomial standard deviation near 5% over 500 queries). Collapse at the end: SimSiam's "
+        f"z_std (spread: {spread}; collapsed: 0); DINO's teacher target entropy H, in nats (ln K for uniform "
+        "targets, 0 for one dominant dimension; the screens before it was logged read —). lr is the base rate "
+        "(× batch/256).",
         "",
         *markdown_table(["recipe", "lr", "weight decay", "warm-up epochs", "decay on", "other settings", "kNN val %",
-                         "second half", "z_std", "s/step"], body),
+                         "second half", "collapse at end", "s/step"], body),
         "",
         f"Regenerate: `{command} --report_only`; run the rest: `{command}`.",
     ]

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from reproduce import aware_report, comparison_arms, comparison_report, doc_blocks, ledger
 from reproduce.arm_settings import NEVER_TRAINED, Arm
 from reproduce.aware_report import Row
-from reproduce.recipe_arms import FALL, Recipe
+from reproduce.recipe_arms import FALL, chosen_text
 from reproduce.report_parts import block_tail
 from reproduce.vit_arms import LEDGER_TAG, SUITE, dino_resnet_recipe, moco_v2_resnet_recipe
 
@@ -90,19 +90,14 @@ def render(entries: Sequence[dict], arms: Sequence[Arm], moco_v2: Sequence[Arm],
     return "\n".join(out).rstrip("\n")
 
 
-def _recipe_text(recipe: Recipe | None, whose: str) -> str:
-    return (f"not chosen yet ({whose} sweep is not complete; its rows are not listed)" if recipe is None
-            else f"{recipe.label} ({recipe.rates}, other settings: {recipe.settings_label})")
-
-
 def report_block(ledger_dir: str, arms: Sequence[Arm], command: str = COMMAND) -> str:
     """The block ``--suite=vit --report_only`` writes, from the ledger's entries of this suite and MoCo v2's."""
     every = ledger.load_entries(ledger_dir)
     moco_v2 = [a for a in comparison_arms.suite_arms(every) if a.method == "moco" and a.variant == "base"]
     ids = {a.id for a in arms} | {a.id for a in moco_v2}
-    line = (_recipe_text(moco_v2_resnet_recipe(every), "MoCo v2's") + "; DINO on the ResNet at its ResNet-50 "
+    line = (chosen_text(moco_v2_resnet_recipe(every), "MoCo v2's") + "; DINO on the ResNet at its ResNet-50 "
             "recipe (unclipped) and at the sweep's choice for DINO, "
-            + _recipe_text(dino_resnet_recipe(every), "DINO's"))
+            + chosen_text(dino_resnet_recipe(every), "DINO's"))
     label = os.path.relpath(os.path.abspath(ledger_dir), ledger.ROOT).replace(os.sep, "/") + "/"
     return render([e for e in every if e["arm"] in ids], arms, moco_v2, line, label, command,
                   ledger.load_timings(ledger_dir, SUITE))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from augself_tf.losses.dino_distillation import dino_cross_entropy, global_batch_mean, updated_center
+from augself_tf.losses.dino_distillation import dino_cross_entropy, global_batch_mean, teacher_entropy, updated_center
 
 
 def np_log_softmax(x: np.ndarray) -> np.ndarray:
@@ -30,6 +30,12 @@ def np_dino_loss(student: np.ndarray, teacher: np.ndarray, center: np.ndarray, n
             total += np.mean(np.sum(-q * np_log_softmax(student_out[v]), axis=-1))
             n_terms += 1
     return total / n_terms
+
+
+def np_target_entropy(teacher: np.ndarray, center: np.ndarray, teacher_temp: float) -> float:
+    """The mean over the teacher's rows of −Σ_k P_t·log P_t, P_t = softmax((t − c)/τ_t), in float64."""
+    log_q = np_log_softmax((teacher.astype(np.float64) - center) / teacher_temp)
+    return float(np.mean(-np.sum(np.exp(log_q) * log_q, axis=-1)))
 
 
 def _outputs(seed: int, crops: int, n_global: int, b: int, k: int):
@@ -68,6 +74,32 @@ def test_the_center_may_be_a_vector_and_the_teacher_gets_no_gradient():
     g_student, g_teacher = tape.gradient(loss, [s, t])
     assert g_teacher is None and float(tf.reduce_max(tf.abs(g_student))) > 0
     np.testing.assert_allclose(float(loss), np_dino_loss(student, teacher, center, 4, 2, 0.1, 0.04), rtol=1e-5)
+
+
+@pytest.mark.parametrize(("n_global", "n_local"), [(2, 0), (2, 3), (3, 2)])
+def test_the_teacher_entropy_and_the_mean_kl_add_up_to_the_loss(n_global, n_local):
+    """DINO's collapse curves (its Fig. 7): H(P_t) and KL(P_t ‖ P_s), the KL computed pair by pair here."""
+    crops, b, k, tau_s, tau_t = n_global + n_local, 4, 9, 0.1, 3.0  # τ_t high enough for targets far from one-hot
+    student, teacher, center = _outputs(7 + crops, crops, n_global, b, k)
+    entropy = float(teacher_entropy(teacher, center, tau_t))
+    assert 0.5 < entropy < np.log(k) - 0.05
+    np.testing.assert_allclose(entropy, np_target_entropy(teacher, center, tau_t), rtol=1e-5)
+    log_q = np.split(np_log_softmax((teacher.astype(np.float64) - center) / tau_t), n_global)
+    log_p = np.split(np_log_softmax(student.astype(np.float64) / tau_s), crops)
+    kl = np.mean([np.mean(np.sum(np.exp(log_q[g]) * (log_q[g] - log_p[v]), -1))
+                  for g in range(n_global) for v in range(crops) if v != g])
+    loss = dino_cross_entropy(student, teacher, center, num_global=n_global, student_temperature=tau_s,
+                              teacher_temperature=tau_t)
+    np.testing.assert_allclose(float(loss) - entropy, kl, rtol=1e-4)
+
+
+def test_the_teacher_entropy_is_ln_k_for_uniform_targets_and_near_0_for_one_dominant_dimension():
+    k = 16
+    centred = np.tile(np.arange(k, dtype=np.float32), (6, 1))
+    assert float(teacher_entropy(centred, np.arange(k, dtype=np.float32), 0.04)) == pytest.approx(np.log(k), abs=1e-5)
+    peaked = np.zeros([6, k], np.float32)
+    peaked[:, 3] = 1.0
+    assert float(teacher_entropy(peaked, np.zeros([k], np.float32), 0.01)) < 1e-6
 
 
 def test_fewer_than_two_global_crops_is_one_line():

@@ -28,7 +28,7 @@ from helpers import (
 from kill_resume import assert_bit_identical, kill_9_then_resume
 from scipy.special import erf
 from test_augment import OFF, random_image, rebuild_from_crop
-from test_losses_dino import np_dino_loss
+from test_losses_dino import np_dino_loss, np_target_entropy
 
 from augself_tf.augment import AugmentConfig, finish_views
 from augself_tf.augment.pipeline import augment_views
@@ -138,6 +138,10 @@ def test_the_loss_is_dinos_on_crops_grouped_by_size_with_the_teacher_on_the_glob
     teacher = np_head(encoder.backbone(glob, training=True).numpy(), encoder.projector)
     want = np_dino_loss(student, teacher, model.center.numpy(), 4, 2, 0.1, 0.04)
     np.testing.assert_allclose(float(forward.loss), want, rtol=1e-4)
+    # DINO's collapse curves: the teacher's target entropy, and the rest of the loss (the mean KL).
+    entropy = np_target_entropy(teacher, model.center.numpy(), 0.04)
+    np.testing.assert_allclose(float(forward.logs["collapse/teacher_entropy"]), entropy, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(float(forward.logs["collapse/kl"]), want - entropy, rtol=1e-3, atol=1e-5)
     np.testing.assert_allclose(forward.f1.numpy(), f_global[:8], rtol=1e-5, atol=1e-6)  # AugSelf's: global crops
     np.testing.assert_allclose(forward.f2.numpy(), f_global[8:], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(forward.aux["batch_mean"].numpy(), teacher.mean(0, keepdims=True), rtol=1e-4,

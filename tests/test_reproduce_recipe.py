@@ -81,12 +81,12 @@ def test_curve_summary_ranks_by_the_last_quarter_and_sees_a_fall():
     assert recipe_arms.curve_summary([0.1, None, 0.2]) is None  # too short to judge
 
 
-def _entry(arm, knn, z_std):
+def _entry(arm, knn, diagnostic, name="z_std"):
     steps = list(range(0, 54 * len(knn), 54))
     return {"arm": arm.id, "name": arm.name, "settings": arm.settings(), "records": [],
             "training": {"seconds_per_step": 0.5},
             "monitors": {"step": steps, "epoch": [s / 27 for s in steps], "values": {"knn": knn}},
-            "diagnostics": {"step": steps, "epoch": [s / 27 for s in steps], "values": {"z_std": z_std}}}
+            "diagnostics": {"step": steps, "epoch": [s / 27 for s in steps], "values": {name: diagnostic}}}
 
 
 def test_report_rows_show_the_curve_the_fall_and_the_collapse_diagnostic(tmp_path):
@@ -99,6 +99,17 @@ def test_report_rows_show_the_curve_the_fall_and_the_collapse_diagnostic(tmp_pat
     assert "| 3.0 → 7.0 → **3.2** | -1.5 (falls) | 0.0004 | 0.5 |" in solo
     paper = next(line for line in block.splitlines() if line.startswith("| simsiam paper |"))
     assert "not yet run" in paper
+
+
+def test_a_dino_row_shows_its_teacher_entropy_at_the_end(tmp_path):
+    arms = recipe_arms.sweep_arms()
+    dino = next(a for a in arms if a.method == "dino")
+    led = tmp_path / "ledger"
+    e = _entry(dino, [0.05, 0.06, 0.07, 0.07], [8.3, 8.2, 7.91, 7.456], name="teacher_entropy")
+    ledger.write_json(str(led / f"{e['arm']}.json"), e)
+    row = next(line for line in recipe_report.report_block(str(led), arms).splitlines()
+               if line.startswith(f"| dino {recipe_arms.recipe_of(dino.settings()).label} |"))
+    assert "| H 7.46 | 0.5 |" in row
 
 
 def test_committed_recipe_block_is_the_ledgers_report():

@@ -42,14 +42,28 @@ def dino_cross_entropy(student: tf.Tensor, teacher: tf.Tensor, center: tf.Tensor
     s = tf.reshape(student, [-1, batch, k])  # [V, B, K]
     crops = tf.shape(s)[0]
     log_p = tf.nn.log_softmax(s / tf.cast(student_temperature, tf.float32), axis=-1)
-    t = tf.reshape(teacher, [num_global, batch, k])
-    q = tf.nn.softmax((t - tf.reshape(tf.cast(center, tf.float32), [1, 1, -1]))
-                      / tf.cast(teacher_temperature, tf.float32), axis=-1)
+    q = tf.reshape(tf.nn.softmax(teacher_logits(teacher, center, teacher_temperature), axis=-1), [num_global, batch, k])
     # terms[g, v] = mean_b −Σ_k q[g, b, k]·log_p[v, b, k]
     terms = -tf.einsum("gbk,vbk->gv", q, log_p) / tf.cast(batch, tf.float32)
     other = tf.logical_not(tf.equal(tf.range(num_global)[:, None], tf.range(crops)[None, :]))
     pairs = tf.reduce_sum(tf.cast(other, tf.float32))
     return tf.reduce_sum(tf.where(other, terms, 0.0)) / pairs
+
+
+def teacher_logits(teacher: tf.Tensor, center: tf.Tensor, teacher_temperature: float | tf.Tensor) -> tf.Tensor:
+    """(t − c)/τ_t, the logits of the teacher's targets P_t (no gradient), row for row."""
+    teacher = tf.stop_gradient(tf.cast(teacher, tf.float32))
+    return (teacher - tf.reshape(tf.cast(center, tf.float32), [1, -1])) / tf.cast(teacher_temperature, tf.float32)
+
+
+def teacher_entropy(teacher: tf.Tensor, center: tf.Tensor, teacher_temperature: float | tf.Tensor) -> tf.Tensor:
+    """The mean over the teacher's rows of the entropy of its targets P_t, in nats: DINO's collapse diagnostic (its
+    paper's Fig. 7). ln K when the targets are uniform (collapse by the center), 0 when one dimension dominates
+    (collapse by sharpening). DINO's loss is this entropy plus the mean KL(P_t ‖ P_s) over the pairs, since every
+    teacher crop meets the same number of student crops."""
+    logits = teacher_logits(teacher, center, teacher_temperature)
+    log_q = tf.nn.log_softmax(logits, axis=-1)
+    return tf.reduce_mean(-tf.reduce_sum(tf.exp(log_q) * log_q, axis=-1))
 
 
 def global_batch_mean(teacher: tf.Tensor) -> tf.Tensor:

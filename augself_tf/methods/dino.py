@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from augself_tf.augment.views import ViewPlan, ViewSpec, parse_area_range, side_pixels
 from augself_tf.flag_fields import declared_options, option
-from augself_tf.losses.dino_distillation import dino_cross_entropy, global_batch_mean, updated_center
+from augself_tf.losses.dino_distillation import dino_cross_entropy, global_batch_mean, teacher_entropy, updated_center
 from augself_tf.methods.augself_model import Forward
 from augself_tf.methods.mocov3 import ASYMMETRIC_VIEWS
 from augself_tf.methods.momentum import MomentumMethod, cosine_tau
@@ -247,7 +247,10 @@ class DINO(MomentumMethod):
         loss = dino_cross_entropy(student, teacher, tf.convert_to_tensor(self.center), num_global=self.global_crops,
                                   student_temperature=o.student_temperature, teacher_temperature=temperature)
         f1, f2 = tf.split(f_global, self.global_crops, axis=0)[:2]
-        logs = {"dino/teacher_temperature": temperature, "dino/momentum": self.momentum_at(step)}
+        entropy = teacher_entropy(teacher, self.center, temperature)
+        # DINO's two collapse curves (its paper's Fig. 7): the loss is their sum.
+        logs = {"dino/teacher_temperature": temperature, "dino/momentum": self.momentum_at(step),
+                "collapse/teacher_entropy": entropy, "collapse/kl": loss - entropy}
         return Forward(f1, f2, loss, logs, aux={"batch_mean": global_batch_mean(teacher)})
 
     def post_step(self, batch: dict, forward: Forward) -> None:
