@@ -20,8 +20,8 @@ import tensorflow as tf
 from augself_tf.training.loss_scale import CrossReplicaLossScaleOptimizer
 from augself_tf.training.optimizer_parts import (
     AUTO_EXCLUDE,
-    WEIGHT_DECAY_EXCLUDE,
     HeldVariables,
+    checked_shared_settings,
     count_steps_per_replica,
     decay_exclusion,
     is_decayed,
@@ -83,21 +83,14 @@ class TorchSGD(keras.optimizers.Optimizer):
         **kwargs,
     ) -> None:
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
-        if clip_grad < 0:
-            raise ValueError(f"--clip_grad must be >= 0 (0: off), got {clip_grad}")
+        constant = checked_shared_settings(clip_grad, decay_exclude, constant_lr, constant_lr_variables)
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {momentum}")
         if l2 < 0:
             raise ValueError(f"weight decay (l2) must be >= 0, got {l2}")
-        constant = list(constant_lr_variables)
-        if constant and constant_lr is None:
-            raise ValueError("constant_lr_variables need a constant_lr")
         self.momentum = float(momentum)
         self.l2 = float(l2)
         self.clip_grad = float(clip_grad)
-        if decay_exclude not in WEIGHT_DECAY_EXCLUDE:
-            raise ValueError(f"weight decay exclusion must be one of {', '.join(WEIGHT_DECAY_EXCLUDE)}, "
-                             f"got {decay_exclude!r}")
         self.decay_exclude = decay_exclude
         self._is_decayed: list[bool] = []
         self.constant_lr = constant_lr

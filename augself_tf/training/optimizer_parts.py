@@ -30,6 +30,25 @@ def is_decayed(variable, exclude: str = "none") -> bool:
     return exclude == "none" or len(variable.shape) > 1
 
 
+def checked_shared_settings(clip_grad: float, decay_exclude: str, constant_lr: float | None,
+                            constant_lr_variables: Iterable[tf.Variable]) -> list[tf.Variable]:
+    """Refuses, one line each, what every optimizer here refuses: a negative ``clip_grad``, an exclusion rule not in
+    :data:`WEIGHT_DECAY_EXCLUDE`, constant-lr variables without a ``constant_lr``. Returns those variables listed.
+
+    Raises:
+      ValueError: one of the three.
+    """
+    if clip_grad < 0:
+        raise ValueError(f"--clip_grad must be >= 0 (0: off), got {clip_grad}")
+    if decay_exclude not in WEIGHT_DECAY_EXCLUDE:
+        raise ValueError(f"weight decay exclusion must be one of {', '.join(WEIGHT_DECAY_EXCLUDE)}, "
+                         f"got {decay_exclude!r}")
+    constant = list(constant_lr_variables)
+    if constant and constant_lr is None:
+        raise ValueError("constant_lr_variables need a constant_lr")
+    return constant
+
+
 def count_steps_per_replica(optimizer: keras.optimizers.Optimizer) -> None:
     """Replaces Keras' step counter (aggregation ONLY_FIRST_REPLICA) by one with aggregation NONE, same name.
 

@@ -29,7 +29,12 @@ from collections.abc import Iterable
 import keras
 import tensorflow as tf
 
-from augself_tf.training.optimizer_parts import WEIGHT_DECAY_EXCLUDE, HeldVariables, count_steps_per_replica, is_decayed
+from augself_tf.training.optimizer_parts import (
+    HeldVariables,
+    checked_shared_settings,
+    count_steps_per_replica,
+    is_decayed,
+)
 
 
 def cosine_weight_decay(step: tf.Tensor, start: float, end: float | None, total_steps: int) -> tf.Tensor:
@@ -69,14 +74,7 @@ class _TorchStyle(keras.optimizers.Optimizer):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         if weight_decay < 0 or (weight_decay_end is not None and weight_decay_end < 0):
             raise ValueError(f"weight decay must be >= 0, got {weight_decay} to {weight_decay_end}")
-        if clip_grad < 0:
-            raise ValueError(f"--clip_grad must be >= 0 (0: off), got {clip_grad}")
-        if decay_exclude not in WEIGHT_DECAY_EXCLUDE:
-            raise ValueError(f"weight decay exclusion must be one of {', '.join(WEIGHT_DECAY_EXCLUDE)}, "
-                             f"got {decay_exclude!r}")
-        constant = list(constant_lr_variables)
-        if constant and constant_lr is None:
-            raise ValueError("constant_lr_variables need a constant_lr")
+        constant = checked_shared_settings(clip_grad, decay_exclude, constant_lr, constant_lr_variables)
         self.decay = float(weight_decay)
         self.decay_end = None if weight_decay_end is None else float(weight_decay_end)
         self.total_steps = int(total_steps)

@@ -35,8 +35,8 @@ from augself_tf.models.vit import default_patch_size
 from augself_tf.objectives import define_objective_flags, objective_options_from_flags
 from augself_tf.runtime.strategy import STRATEGIES
 from augself_tf.training.knn import DEFAULT_K, DEFAULT_TEMPERATURE
-from augself_tf.training.optim import OPTIMIZERS, WEIGHT_DECAY_EXCLUDE
-from augself_tf.training.optimizer_parts import AUTO_EXCLUDE, decay_exclusion
+from augself_tf.training.optim import OPTIMIZERS
+from augself_tf.training.optimizer_parts import AUTO_EXCLUDE, WEIGHT_DECAY_EXCLUDE, decay_exclusion
 
 #: --steps_per_execution's default: chosen per device when the strategy is known (`resolve_steps_per_execution`).
 AUTO_STEPS = "auto"
