@@ -110,11 +110,12 @@ def plot_heat_map(labels: Sequence[str], augs: Sequence[str], matrix: Sequence[S
     return path
 
 
-def block_tail(entries: list[dict], picture_link: str | None, pending: Sequence[Arm], command: str) -> list[str]:
+def block_tail(entries: list[dict], picture_link: str | None, pending: Sequence[Arm], command: str,
+               picture_alt: str = "omega_probe: rows × augmentations") -> list[str]:
     """The lines every suite's block ends with: its picture, the wall-time table, and the arms not yet run."""
     out: list[str] = []
     if picture_link:
-        out += [f"![omega_probe: rows × augmentations]({picture_link})", ""]
+        out += [f"![{picture_alt}]({picture_link})", ""]
     if entries:
         wall, legend = wall_table(entries)
         out += ["Wall time, machines and commits:", "", wall, "", "Machines:", *legend, ""]

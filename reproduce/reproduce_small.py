@@ -67,7 +67,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--results_md", default=None, help="document with the generated block (default docs/results.md)")
     p.add_argument("--curves", default=None,
                    help="the suite's picture (main: monitor curves, default docs/img/reproduce_small_curves.png; "
-                        "looc, aware, comparison: omega_probe heat map, default docs/img/<suite>_omega_probe.png)")
+                        "looc, aware, comparison: omega_probe heat map, default docs/img/<suite>_omega_probe.png; "
+                        "vit: kNN and teacher-entropy curves, default docs/img/vit_curves.png)")
     p.add_argument("--epochs", type=int, default=None, help="tiny-imagenet budget's epochs (new arms; default 120)")
     p.add_argument("--width", type=float, default=None, help="tiny-imagenet budget's width (new arms; default 0.25)")
     args = p.parse_args(argv)

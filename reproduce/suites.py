@@ -44,9 +44,12 @@ class Suite:
     quick_arms: Callable[[], list[Arm]] | None = None
     no_quick: str = ""  # why --quick has no version of this suite
     heat_map: bool = True  # its picture: the ω-probe heat map (else the main reproduction's monitor curves)
+    picture_file: str = ""  # a picture of its own under docs/img/ instead
 
     def picture(self) -> str:
         """The picture's file name under docs/img/."""
+        if self.picture_file:
+            return self.picture_file
         return f"{self.name}_omega_probe.png" if self.heat_map else "reproduce_small_curves.png"
 
 
@@ -67,5 +70,5 @@ SUITES = {s.name: s for s in (
           comparison_report.COMMAND, no_quick="its arms wait for the recipe sweep's entries"),
     Suite("vit", "MoCo v3 and DINO ± AugSelf on the CPU-scale ViT and on the ledger's ResNet, beside their "
           "never-trained floors", vit_arms.suite_arms, vit_report.write_report, vit_report.COMMAND,
-          no_quick="its arms wait for MoCo v2's recipe sweep"),
+          no_quick="its arms wait for MoCo v2's recipe sweep", picture_file="vit_curves.png"),
 )}

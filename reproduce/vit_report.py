@@ -10,6 +10,7 @@ Written between its own markers of docs/results.md.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Sequence
 
@@ -22,6 +23,7 @@ from reproduce.vit_arms import LEDGER_TAG, SUITE, dino_resnet_recipe, moco_v2_re
 
 BEGIN, END = "<!-- reproduce_small_vit:begin -->", "<!-- reproduce_small_vit:end -->"
 COMMAND = ledger.COMMAND + " --suite=vit"
+PICTURE_ALT = "held-out kNN curves of every trained row, and DINO's teacher target entropy"
 FLOOR = Row("never trained", "simsiam", NEVER_TRAINED)
 MOCOV3_VIT_ROWS = (FLOOR, Row("MoCo v3", "mocov3", "base"), Row("MoCo v3 + AugSelf", "mocov3", "augself", "MoCo v3"))
 DINO_ROWS = (Row("DINO", "dino", "base"), Row("DINO + AugSelf", "dino", "augself", "DINO"))
@@ -63,7 +65,8 @@ def table_arms(table: Table, arms: Sequence[Arm], moco_v2: Sequence[Arm]) -> lis
 
 
 def render(entries: Sequence[dict], arms: Sequence[Arm], moco_v2: Sequence[Arm], recipe_line: str,
-           ledger_label: str = "reproduce/ledger/", command: str = COMMAND, timings: dict | None = None) -> str:
+           ledger_label: str = "reproduce/ledger/", command: str = COMMAND, timings: dict | None = None,
+           picture_link: str | None = None) -> str:
     """The generated block: a function of the ledger's entries, the suite's arms and MoCo v2's comparison arms."""
     own = {a.id for a in arms}
     done = {e["arm"] for e in entries}
@@ -86,26 +89,100 @@ def render(entries: Sequence[dict], arms: Sequence[Arm], moco_v2: Sequence[Arm],
         listed = table_arms(t, arms, moco_v2)
         out += [f"**{t.title}.**", "",
                 *aware_report.table(entries, listed, timings, t.rows, ("kNN val %", comparison_report.knn_cell)), ""]
-    out += block_tail([e for e in entries if e["arm"] in own], None, pending, command)
+    out += block_tail([e for e in entries if e["arm"] in own], picture_link, pending, command, PICTURE_ALT)
     return "\n".join(out).rstrip("\n")
 
 
-def report_block(ledger_dir: str, arms: Sequence[Arm], command: str = COMMAND) -> str:
-    """The block ``--suite=vit --report_only`` writes, from the ledger's entries of this suite and MoCo v2's."""
+def curve_lines(entries: Sequence[dict], arms: Sequence[Arm], moco_v2: Sequence[Arm]) -> list[tuple[int, dict]]:
+    """What the picture draws, in table order: (panel, {label, base, augself, knn, entropy, ln_k}) per trained entry
+    with monitor points. Panel 0 holds the ViT's rows, 1 the ResNet's; ``base`` is the row whose colour the line takes
+    (an AugSelf row's base). ``knn`` in %; ``entropy`` (DINO's teacher target entropy, nats) empty unless logged;
+    ``ln_k`` that of the entry's DINO head (K: ``--dino_out_dim``)."""
+    out = []
+    for t in TABLES:
+        listed = table_arms(t, arms, moco_v2)
+        for row in t.rows:
+            if row.variant == NEVER_TRAINED:
+                continue
+            for e in aware_report.row_entries(entries, listed, row):
+                m = e.get("monitors", {})
+                knn = [(x, 100 * y) for x, y in zip(m.get("epoch", []), m.get("values", {}).get("knn", []),
+                                                    strict=False) if y is not None]
+                if not knn:
+                    continue
+                d = e.get("diagnostics", {})
+                entropy = [(x, y) for x, y in zip(d.get("epoch", []), d.get("values", {}).get("teacher_entropy", []),
+                                                  strict=False) if y is not None]
+                k = int(e["settings"].get("train_flags", {}).get("dino_out_dim", 0) or 0)
+                seed = e["settings"]["seed"]
+                augself = "augself" in row.variant.split("+")
+                out.append((int(t.backbone != "vit_pico"),
+                            {"label": f"{row.label} (s{seed})", "base": row.baseline if augself else row.label,
+                             "augself": augself, "knn": knn, "entropy": entropy, "ln_k": math.log(k) if k else None}))
+    return out
+
+
+def plot_curves(lines: Sequence[tuple[int, dict]], path: str) -> str | None:
+    """Three panels against the epoch: the held-out kNN of the ViT's rows, of the ResNet's, and DINO's teacher target
+    entropy where it was logged (dotted: ln K, uniform targets). + AugSelf dashed, in its base row's colour. None
+    (nothing written) when no entry has monitor points."""
+    if not lines:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    bases: dict[str, str] = {}
+    for panel, line in lines:
+        colour = bases.setdefault(line["base"], colours[len(bases) % len(colours)])  # a row's seeds and its AugSelf
+        style = "--" if line["augself"] else "-"
+        axes[panel].plot(*zip(*line["knn"], strict=True), style, color=colour, lw=1.2, label=line["label"])
+        if line["entropy"]:
+            axes[2].plot(*zip(*line["entropy"], strict=True), style, color=colour, lw=1.2, label=line["label"])
+            axes[2].axhline(line["ln_k"], color="gray", ls=":", lw=1)
+    titles = ("vit_pico: kNN val % (held out)", "ResNet-18 width 0.25: kNN val % (held out)",
+              "DINO's teacher target entropy (nats; dotted: ln K)")
+    for ax, title in zip(axes, titles, strict=True):
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=100, metadata={"Software": None})  # no version stamp: the same ledger, the same bytes
+    plt.close(fig)
+    return path
+
+
+def _suite_entries(ledger_dir: str, arms: Sequence[Arm]) -> tuple[list[dict], list[Arm], list[dict]]:
+    """(this suite's and MoCo v2's entries, MoCo v2's comparison arms, every entry of the ledger)."""
     every = ledger.load_entries(ledger_dir)
     moco_v2 = [a for a in comparison_arms.suite_arms(every) if a.method == "moco" and a.variant == "base"]
     ids = {a.id for a in arms} | {a.id for a in moco_v2}
+    return [e for e in every if e["arm"] in ids], moco_v2, every
+
+
+def report_block(ledger_dir: str, arms: Sequence[Arm], results_md: str, picture: str, command: str = COMMAND) -> str:
+    """The block ``--suite=vit --report_only`` writes, from the ledger's entries of this suite and MoCo v2's."""
+    entries, moco_v2, every = _suite_entries(ledger_dir, arms)
     line = (chosen_text(moco_v2_resnet_recipe(every), "MoCo v2's") + "; DINO on the ResNet at its ResNet-50 "
             "recipe (unclipped) and at the sweep's choice for DINO, "
             + chosen_text(dino_resnet_recipe(every), "DINO's"))
     label = os.path.relpath(os.path.abspath(ledger_dir), ledger.ROOT).replace(os.sep, "/") + "/"
-    return render([e for e in every if e["arm"] in ids], arms, moco_v2, line, label, command,
-                  ledger.load_timings(ledger_dir, SUITE))
+    link = doc_blocks.relative_link(picture, results_md) if curve_lines(entries, arms, moco_v2) else None
+    return render(entries, arms, moco_v2, line, label, command, ledger.load_timings(ledger_dir, SUITE), link)
 
 
-def write_report(ledger_dir: str, arms: Sequence[Arm], results_md: str, picture: str,  # noqa: ARG001
+def write_report(ledger_dir: str, arms: Sequence[Arm], results_md: str, picture: str,
                  command: str = COMMAND) -> str:
-    """Regenerates the block between this suite's markers of ``results_md`` (no picture yet); returns the block."""
-    block = report_block(ledger_dir, arms, command)
+    """Regenerates the curves picture and the block between this suite's markers of ``results_md``; returns the
+    block."""
+    entries, moco_v2, _ = _suite_entries(ledger_dir, arms)
+    plot_curves(curve_lines(entries, arms, moco_v2), picture)
+    block = report_block(ledger_dir, arms, results_md, picture, command)
     doc_blocks.write_block(results_md, block, BEGIN, END)
     return block

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 from absl import flags as absl_flags
 from test_reproduce_aware import entry
@@ -104,9 +105,49 @@ def test_report_keeps_each_architecture_in_its_table_against_its_own_floor():
     assert "**4 of the suite's" in block and "`tiny-dino-base-s0`" in block
 
 
+def _with_curves(e, knn, entropy=None):
+    epochs = [2.0 * i for i in range(len(knn))]
+    e["monitors"] = {"step": [54 * i for i in range(len(knn))], "epoch": epochs, "values": {"knn": knn}}
+    if entropy:
+        e["diagnostics"] = {"step": e["monitors"]["step"], "epoch": epochs, "values": {"teacher_entropy": entropy}}
+    return e
+
+
+def test_the_picture_draws_each_architectures_curves_in_its_panel_and_dinos_entropy_where_logged(tmp_path):
+    arms = vit_arms.suite_arms(MOCO + DINO_X10)
+    named = by_name(arms)
+    entries = [_with_curves(entry(named["tiny-vit_pico-dino-base-s0"], {}), [0.05, 0.07, 0.08]),
+               _with_curves(entry(named["tiny-dino-ledger-s0"], {}), [0.05, 0.08, 0.04], [8.0, 8.2, 8.31]),
+               _with_curves(entry(named["tiny-dino-augself+ledger-s0"], {}), [0.05, 0.07, 0.073], [8.0, 8.3, 8.31]),
+               entry(named["tiny-vit_pico-never_trained+learned-s0"], {})]  # no curve: not drawn
+    lines = vit_report.curve_lines(entries, arms, [])
+    assert [(panel, line["label"], line["augself"]) for panel, line in lines] == [
+        (0, "DINO (s0)", False), (1, "DINO (ledger recipe) (s0)", False),
+        (1, "DINO + AugSelf (ledger recipe) (s0)", True)]
+    assert lines[2][1]["base"] == "DINO (ledger recipe)"  # AugSelf's line takes its base row's colour
+    assert lines[1][1]["knn"] == [(0.0, 5.0), (2.0, 8.0), (4.0, 4.0)]  # in %
+    assert lines[0][1]["entropy"] == [] and lines[2][1]["entropy"][-1] == (4.0, 8.31)
+    assert lines[1][1]["ln_k"] == pytest.approx(np.log(4096))
+    picture = tmp_path / "img" / "vit_curves.png"
+    assert vit_report.plot_curves(lines, str(picture)) == str(picture)
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert vit_report.plot_curves([], str(tmp_path / "none.png")) is None and not (tmp_path / "none.png").exists()
+    # The block links the picture when some row has a curve, and not otherwise.
+    led = tmp_path / "ledger"
+    for e in entries:
+        ledger.write_json(str(led / f"{e['arm']}.json"), e)
+    block = vit_report.report_block(str(led), arms, str(tmp_path / "results.md"), str(picture))
+    assert f"![{vit_report.PICTURE_ALT}](img/vit_curves.png)" in block
+    bare = tmp_path / "bare"
+    ledger.write_json(str(bare / "floor.json"), entries[-1])
+    assert "![" not in vit_report.report_block(str(bare), arms, str(tmp_path / "results.md"), str(picture))
+
+
 def test_committed_vit_block_is_the_ledgers_report():
     led = os.path.join(REPO, "reproduce", "ledger")
-    block = vit_report.report_block(led, vit_arms.suite_arms(ledger.load_entries(led)))
+    block = vit_report.report_block(led, vit_arms.suite_arms(ledger.load_entries(led)),
+                                    os.path.join(REPO, "docs", "results.md"),
+                                    os.path.join(REPO, "docs", "img", SUITES["vit"].picture()))
     with open(os.path.join(REPO, "docs", "results.md")) as f:
         committed = doc_blocks.current_block(f.read(), vit_report.BEGIN, vit_report.END)
     assert committed == block, "regenerate it: augself-reproduce --suite=vit --report_only"
