@@ -5,7 +5,7 @@ At the paper's STL10 recipe cut to the ledger's budget, SimSiam's features stay 
 sweep looks for a CPU-scale recipe under which each base learns. Each arm pretrains on tiny-imagenet-mini's train
 split at :data:`SCREEN_BUDGET` and has no evaluation call: its kNN monitor classifies the **val** split (the
 partition's 10%, which no reported column reads: the tables' linear probes test on its 20% test split) against the
-whole train split, every 2 epochs; SimSiam also logs its collapse diagnostic (``collapse/z_std``). The report
+whole train split, every 2 epochs; SimSiam and DINO also log their collapse diagnostics (``collapse/``). The report
 (reproduce/recipe_report.py) ranks the recipes by the last quarter of that curve and flags a curve that falls over
 its second half.
 """
@@ -180,8 +180,10 @@ def curve_summary(values: Sequence[float | None]) -> dict[str, float] | None:
     if len(v) < 4:
         return None
     mid = len(v) // 2
+    change = statistics.fmean(v[-3:]) - statistics.fmean(v[max(0, mid - 1):mid + 2])
+    # Rounded so that a change of exactly FALL (monitor values are multiples of 1/queries) is not marked by float noise.
     return {"start": v[0], "peak": max(v), "last_quarter": statistics.fmean(v[-max(1, len(v) // 4):]),
-            "second_half": statistics.fmean(v[-3:]) - statistics.fmean(v[max(0, mid - 1):mid + 2])}
+            "second_half": round(change, 9)}
 
 
 def ledger_recipe(entries: Iterable[dict], method: str) -> Recipe | None:

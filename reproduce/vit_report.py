@@ -97,7 +97,7 @@ def curve_lines(entries: Sequence[dict], arms: Sequence[Arm], moco_v2: Sequence[
     """What the picture draws, in table order: (panel, {label, base, augself, knn, entropy, ln_k}) per trained entry
     with monitor points. Panel 0 holds the ViT's rows, 1 the ResNet's; ``base`` is the row whose colour the line takes
     (an AugSelf row's base). ``knn`` in %; ``entropy`` (DINO's teacher target entropy, nats) empty unless logged;
-    ``ln_k`` that of the entry's DINO head (K: ``--dino_out_dim``)."""
+    ``ln_k`` that of the entry's DINO head (K: ``--dino_out_dim``; None when its flags do not name it)."""
     out = []
     for t in TABLES:
         listed = table_arms(t, arms, moco_v2)
@@ -142,7 +142,8 @@ def plot_curves(lines: Sequence[tuple[int, dict]], path: str) -> str | None:
         axes[panel].plot(*zip(*line["knn"], strict=True), style, color=colour, lw=1.2, label=line["label"])
         if line["entropy"]:
             axes[2].plot(*zip(*line["entropy"], strict=True), style, color=colour, lw=1.2, label=line["label"])
-            axes[2].axhline(line["ln_k"], color="gray", ls=":", lw=1)
+            if line["ln_k"]:
+                axes[2].axhline(line["ln_k"], color="gray", ls=":", lw=1)
     titles = ("vit_pico: kNN val % (held out)", "ResNet-18 width 0.25: kNN val % (held out)",
               "DINO's teacher target entropy (nats; dotted: ln K)")
     for ax, title in zip(axes, titles, strict=True):

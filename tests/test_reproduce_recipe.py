@@ -79,6 +79,10 @@ def test_curve_summary_ranks_by_the_last_quarter_and_sees_a_fall():
     falling = recipe_arms.curve_summary([0.03, 0.06, 0.07, 0.06, 0.05, 0.04, 0.035, 0.03])
     assert falling["second_half"] < -recipe_arms.FALL
     assert recipe_arms.curve_summary([0.1, None, 0.2]) is None  # too short to judge
+    # A fall of exactly FALL is not "more than" FALL, whatever the floats' rounding: (0.050 + 0.054 + 0.048) / 3
+    # against (0.038 + 0.044 + 0.040) / 3 differs by 0.010000000000000002 in float arithmetic.
+    edge = recipe_arms.curve_summary([0.05, 0.06, 0.07, 0.05, 0.054, 0.048, 0.038, 0.044, 0.04])
+    assert edge["second_half"] == -recipe_arms.FALL
 
 
 def _entry(arm, knn, diagnostic, name="z_std"):

@@ -59,7 +59,7 @@ class TorchSGD(keras.optimizers.Optimizer):
       momentum: μ of b ← μ·b + g.
       l2: coupled weight decay: g ← g + l2·θ on every variable (BN and biases too, as the reference) unless
         ``decay_exclude`` leaves some out.
-      decay_exclude: which variables the decay skips (:data:`WEIGHT_DECAY_EXCLUDE`).
+      decay_exclude: which variables the decay skips (``optimizer_parts.WEIGHT_DECAY_EXCLUDE``).
       constant_lr: the learning rate of `constant_lr_variables`, whatever the schedule says.
       constant_lr_variables: the variables of the reference's constant-lr parameter group.
       held_variables, held_steps: variables left out of the update (no decay, no momentum) for the first
