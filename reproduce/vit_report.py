@@ -3,8 +3,9 @@
 Three tables laid out as the comparison's (reproduce/comparison_report.py), one per architecture, each with its own
 never-trained floor first: the ViT as MoCo v3 builds it (MoCo v3 ± AugSelf), the ViT as DINO builds it (DINO ±
 AugSelf), and the ledger's ResNet (MoCo v2 from the comparison suite, MoCo v3, DINO ± AugSelf). Each row shows its
-held-out kNN curve beside the seven evaluation columns, Δ to its base and "≈ floor" within its floor's spread.
-Written between its own markers of docs/results.md.
+held-out kNN curve beside the seven evaluation columns, Δ to its base and "≈ floor" within its floor's spread. The
+block links a picture (docs/img/vit_curves.png) of every trained row's kNN curve per architecture and of DINO's
+teacher target entropy. Written between its own markers of docs/results.md.
 """
 
 from __future__ import annotations
