@@ -36,7 +36,6 @@ def dino_cross_entropy(student: tf.Tensor, teacher: tf.Tensor, center: tf.Tensor
     if num_global < 2:
         raise ValueError(f"DINO's loss needs at least 2 global crops, got {num_global}")
     student = tf.cast(student, tf.float32)
-    teacher = tf.stop_gradient(tf.cast(teacher, tf.float32))
     k = tf.shape(student)[-1]
     batch = tf.shape(teacher)[0] // num_global
     s = tf.reshape(student, [-1, batch, k])  # [V, B, K]
