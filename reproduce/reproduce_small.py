@@ -62,25 +62,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="smoke version: 2 shapes arms of 2 steps, small evaluations, own ledger under --out")
     p.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data"),
                    help="directory holding tiny-imagenet-mini, cifar10-mini and flowers17")
-    p.add_argument("--out", default=None, help="run directories (default runs/reproduce_small[_quick])")
+    p.add_argument("--out", default=None,
+                   help="run directories (default runs/reproduce_small; --quick: runs/reproduce_small_<suite>_quick)")
     p.add_argument("--ledger", default=None, help="ledger directory (default reproduce/ledger; --quick: OUT/ledger)")
     p.add_argument("--results_md", default=None, help="document with the generated block (default docs/results.md)")
     p.add_argument("--curves", default=None,
                    help="the suite's picture (main: monitor curves, default docs/img/reproduce_small_curves.png; "
                         "looc, aware, comparison: omega_probe heat map, default docs/img/<suite>_omega_probe.png; "
-                        "vit: kNN and teacher-entropy curves, default docs/img/vit_curves.png)")
+                        "vit: kNN and teacher-entropy curves, default docs/img/vit_curves.png; --quick: the same "
+                        "file name under --out)")
     p.add_argument("--epochs", type=int, default=None, help="tiny-imagenet budget's epochs (new arms; default 120)")
     p.add_argument("--width", type=float, default=None, help="tiny-imagenet budget's width (new arms; default 0.25)")
     args = p.parse_args(argv)
     args.prog = p.prog.removesuffix(".py")  # augself-reproduce, or reproduce_small under python -m
     suite = SUITES[args.suite]
-    heat_map, picture = suite.heat_map, suite.picture()
+    picture = suite.picture()
     if args.quick:
-        out = f"reproduce_small_{args.suite}_quick" if heat_map else "reproduce_small_quick"
-        args.out = os.path.abspath(args.out or os.path.join(ROOT, "runs", out))
+        args.out = os.path.abspath(args.out or os.path.join(ROOT, "runs", f"reproduce_small_{args.suite}_quick"))
         args.ledger = args.ledger or os.path.join(args.out, "ledger")
         args.results_md = args.results_md or os.path.join(args.out, "results.md")
-        args.curves = args.curves or os.path.join(args.out, "omega_probe.png" if heat_map else "curves.png")
+        args.curves = args.curves or os.path.join(args.out, picture)
         docs = os.path.join(ROOT, "docs") + os.sep
         for path in (args.ledger, args.results_md, args.curves):
             if os.path.abspath(path).startswith(docs):

@@ -43,20 +43,17 @@ class Suite:
     command: str
     quick_arms: Callable[[], list[Arm]] | None = None
     no_quick: str = ""  # why --quick has no version of this suite
-    heat_map: bool = True  # its picture: the ω-probe heat map (else the main reproduction's monitor curves)
-    picture_file: str = ""  # a picture of its own under docs/img/ instead
+    picture_file: str = ""  # its picture's file name, when not the ω-probe heat map <name>_omega_probe.png
 
     def picture(self) -> str:
-        """The picture's file name under docs/img/."""
-        if self.picture_file:
-            return self.picture_file
-        return f"{self.name}_omega_probe.png" if self.heat_map else "reproduce_small_curves.png"
+        """The picture's file name (under docs/img/, or under ``--out`` with ``--quick``)."""
+        return self.picture_file or f"{self.name}_omega_probe.png"
 
 
 SUITES = {s.name: s for s in (
     Suite("main", "the main reproduction: SimSiam/MoCo ± AugSelf, CASSLE",
           lambda entries, epochs, width: main_arms.default_arms(epochs, width), main_report.write_report,
-          ledger.COMMAND, main_arms.quick_arms, heat_map=False),
+          ledger.COMMAND, main_arms.quick_arms, picture_file="reproduce_small_curves.png"),
     Suite("looc", "the paper's LooC comparison table",
           lambda entries, epochs, width: looc_arms.looc_table_arms(epochs, width), looc_report.write_report,
           looc_report.COMMAND, looc_arms.quick_looc_arms),

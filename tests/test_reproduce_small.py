@@ -498,7 +498,7 @@ def test_quick_end_to_end(tmp_path):
         assert not any(str(tmp_path) in json.dumps(x) for x in (e["records"], e["training"]["command"]))
     block = doc_blocks.current_block((out / "results.md").read_text(), main_report.BEGIN, main_report.END)
     assert "shapes-moco-augself-s0" in block and "| shapes linear | top1 % |" in block
-    assert (out / "curves.png").stat().st_size > 5000
+    assert (out / "reproduce_small_curves.png").stat().st_size > 5000
     again = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
     assert again.returncode == 0 and again.stdout.count("not rerun") == 2, again.stdout + again.stderr
     assert {p: os.path.getmtime(os.path.join(REPO, p)) for p in docs} == docs

@@ -161,3 +161,16 @@ def test_every_registered_suite_is_a_choice_and_one_without_a_smoke_version_refu
             assert reproduce_small.main([f"--suite={name}", "--quick", "--list"]) == 2
             err = capsys.readouterr().err.strip()
             assert err.count("\n") == 0 and f"--quick has no {name} suite" in err
+
+
+def test_every_suite_writes_its_picture_under_docs_and_its_quick_run_under_its_own_directory():
+    for name, suite in SUITES.items():
+        args = reproduce_small.parse_args([f"--suite={name}"])
+        assert args.curves == os.path.join(REPO, "docs", "img", suite.picture())
+        quick = reproduce_small.parse_args([f"--suite={name}", "--quick"])
+        assert quick.out == os.path.join(REPO, "runs", f"reproduce_small_{name}_quick")
+        assert quick.curves == os.path.join(quick.out, suite.picture()) and quick.ledger.startswith(quick.out)
+    pictures = [s.picture() for s in SUITES.values()]
+    assert len(set(pictures)) == len(pictures)  # no suite draws over another's picture
+    assert SUITES["main"].picture() == "reproduce_small_curves.png"
+    assert SUITES["looc"].picture() == "looc_omega_probe.png" and SUITES["vit"].picture() == "vit_curves.png"
