@@ -57,16 +57,17 @@ AUG = arm_settings.DEFAULT_SET
 EQUIMOD, STL = (("equimod_weight", "1"),), (("stl_weight", "1"),)
 README_ROWS = (Row("SimSiam", "simsiam"), Row("SimSiam + AugSelf", "simsiam", AUG, baseline="SimSiam"),
                Row("MoCo v2", "moco"), Row("MoCo v2 + AugSelf", "moco", AUG, baseline="MoCo v2"))
+EQUIMOD_ROW, NEGATIVES_ROW, SHUFFLED_ROW = ("SimSiam + EquiMod", "SimSiam + EquiMod's negatives alone (control)",
+                                            "SimSiam + EquiMod, ω of another image (control)")
+ESSL_OWN_ROW, ESSL_ROW = "SimSiam + E-SSL (λ 0.08, its SimSiam weight)", "SimSiam + E-SSL (λ 0.4)"
 FAMILY_ROWS = tuple(Row(label, "simsiam", condition=condition, flags=flags, tag=tag, baseline="SimSiam") for
                     label, condition, flags, tag in (
     (f"SimSiam + CASSLE ({CASSLE_KIND})", AUG, (("condition_kind", CASSLE_KIND),), ""),
-    ("SimSiam + EquiMod", "none", EQUIMOD, ""),
-    ("SimSiam + EquiMod's negatives alone (control)", "none", (*EQUIMOD, ("equimod_control", "negatives")),
-     "negatives"),
-    ("SimSiam + EquiMod, ω of another image (control)", "none", (*EQUIMOD, ("equimod_control", "shuffled_omega")),
-     "shuffled_omega"),
-    ("SimSiam + E-SSL (λ 0.08, its SimSiam weight)", "none", (("essl_weight", "0.08"),), "w0.08"),
-    ("SimSiam + E-SSL (λ 0.4)", "none", (("essl_weight", "0.4"),), "w0.4"),
+    (EQUIMOD_ROW, "none", EQUIMOD, ""),
+    (NEGATIVES_ROW, "none", (*EQUIMOD, ("equimod_control", "negatives")), "negatives"),
+    (SHUFFLED_ROW, "none", (*EQUIMOD, ("equimod_control", "shuffled_omega")), "shuffled_omega"),
+    (ESSL_OWN_ROW, "none", (("essl_weight", "0.08"),), "w0.08"),
+    (ESSL_ROW, "none", (("essl_weight", "0.4"),), "w0.4"),
     ("SimSiam + STL", "none", STL, ""),
 ))
 SIMCLR_ROWS = (Row("SimCLR", "simclr"), Row("SimCLR + AugSelf", "simclr", AUG, baseline="SimCLR"),
@@ -74,6 +75,12 @@ SIMCLR_ROWS = (Row("SimCLR", "simclr"), Row("SimCLR + AugSelf", "simclr", AUG, b
                Row("SimCLR + E-SSL (λ 0.4)", "simclr", flags=(("essl_weight", "0.4"),), baseline="SimCLR"),
                Row("SimCLR + STL", "simclr", flags=STL, baseline="SimCLR"))
 ROWS = README_ROWS + FAMILY_ROWS + SIMCLR_ROWS
+#: What the controls separate, each a difference of two rows (label, row, minus row). EquiMod's three parts add up to
+#: its Δ to SimSiam: the negatives its NT-Xent brings, then x0 and its module fed another image's ω, then ω itself.
+PARTS = (("EquiMod's negatives (its NT-Xent between the two views, no x0, no ω)", NEGATIVES_ROW, "SimSiam"),
+         ("EquiMod's x0 and module, ω of another image", SHUFFLED_ROW, NEGATIVES_ROW),
+         ("EquiMod's ω, the true one", EQUIMOD_ROW, SHUFFLED_ROW),
+         ("E-SSL at λ 0.4 instead of its SimSiam weight 0.08", ESSL_ROW, ESSL_OWN_ROW))
 
 
 def running_bn_calls(calls: tuple[EvalCall, ...]) -> tuple[EvalCall, ...]:

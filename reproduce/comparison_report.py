@@ -15,10 +15,10 @@ import os
 import statistics
 from collections.abc import Sequence
 
-from reproduce import aware_report, doc_blocks, ledger
+from reproduce import aware_report, doc_blocks, ledger, seed_cells
 from reproduce.arm_settings import NEVER_TRAINED, Arm
 from reproduce.aware_arms import TABLE_COLUMNS
-from reproduce.comparison_arms import ROWS, RUNNING_BN, SUITE, ledger_recipes
+from reproduce.comparison_arms import PARTS, ROWS, RUNNING_BN, SUITE, ledger_recipes
 from reproduce.recipe_arms import FALL, Recipe, chosen_text, curve_summary
 from reproduce.report_parts import block_tail, dataset_of, markdown_table
 
@@ -66,6 +66,24 @@ def bn_table(entries: Sequence[dict], arms: Sequence[Arm]) -> list[str]:
     return markdown_table(head, body) if body else []
 
 
+def parts_table(entries: Sequence[dict], arms: Sequence[Arm]) -> list[str]:
+    """What each control separates (:data:`comparison_arms.PARTS`): per column, the mean of one row minus the mean of
+    the other over their seeds, "(noise)" within both spreads; a part is shown once both rows have an entry."""
+    rows = {r.label: r for r in REPORT_ROWS}
+    head = ["part", "seeds"] + [f"{dataset_of(arms, c)} {aware_report.COLUMN_NAMES[p]}" for c, p in TABLE_COLUMNS]
+    body = []
+    for label, minuend, subtrahend in PARTS:
+        a, b = (aware_report.row_entries(entries, arms, rows[name]) for name in (minuend, subtrahend))
+        if not a or not b:
+            continue
+        cells = []
+        for call, protocol in TABLE_COLUMNS:
+            (va, metric), (vb, _) = aware_report.values(a, call, protocol), aware_report.values(b, call, protocol)
+            cells.append(seed_cells.delta_cell(va, vb, metric))
+        body.append([label, f"{len(a)} − {len(b)}"] + cells)
+    return markdown_table(head, body) if body else []
+
+
 def render(entries: Sequence[dict], arms: Sequence[Arm], recipes: dict[str, Recipe | None],
            picture_link: str | None, ledger_label: str = "reproduce/ledger/", command: str = COMMAND,
            timings: dict | None = None) -> str:
@@ -91,6 +109,10 @@ def render(entries: Sequence[dict], arms: Sequence[Arm], recipes: dict[str, Reci
            + aware_report.timing_note(timings, ledger_label, command, SUITE),
            ""]
     out += aware_report.table(entries, arms, timings, REPORT_ROWS, ("kNN val %", knn_cell)) + [""]
+    parts = parts_table(entries, arms)
+    if parts:
+        out += ["What the controls separate: one row's mean minus another's (points; seeds: entries of each row), "
+                "so EquiMod's three parts add up to its Δ to SimSiam:", "", *parts, ""]
     bn = bn_table(entries, arms)
     if bn:
         out += ["What recomputing the BN statistics moved: the seed-0 arm of each row evaluated on its recomputed "

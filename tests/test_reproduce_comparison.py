@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 import pytest
-from test_reproduce_aware import entry
+from test_reproduce_aware import entry, full
 
 from reproduce import (
     comparison_arms,
@@ -130,6 +130,40 @@ def test_report_says_each_recipe_the_knn_check_and_what_recomputing_bn_moved():
     waiting = comparison_report.render([], comparison_arms.comparison_arms({"simsiam": None}),
                                        {"simsiam": None}, None)
     assert "- SimSiam: not chosen yet" in waiting
+
+
+def test_the_controls_split_equimods_gain_into_parts_that_add_up_to_its_delta():
+    arms = comparison_arms.comparison_arms(recipes())
+    by_name = {a.name: a for a in arms}
+    rng = np.random.default_rng(0)
+    rows = {"base": ("tiny-simsiam-base-s0", "tiny-simsiam-base-s1"),
+            "negatives": ("tiny-simsiam-equimod+negatives-s0",),
+            "shuffled": ("tiny-simsiam-equimod+shuffled_omega-s0", "tiny-simsiam-equimod+shuffled_omega-s1"),
+            "equimod": ("tiny-simsiam-equimod-s0",)}
+    values = {k: rng.uniform(5, 70, size=(len(names), 7)).round(2) for k, names in rows.items()}
+    entries = [entry(by_name[name], full(list(v))) for k, names in rows.items()
+               for name, v in zip(names, values[k], strict=True)]
+    block = comparison_report.render(entries, arms, recipes(), None)
+    mean = {k: v.mean(axis=0) for k, v in values.items()}
+    parts = [_row(block, label) for label, _, _ in comparison_arms.PARTS[:3]]
+    assert [p[1] for p in parts] == ["1 − 2", "2 − 1", "1 − 2"]
+    for got, (hi, lo) in zip(parts, (("negatives", "base"), ("shuffled", "negatives"), ("equimod", "shuffled")),
+                             strict=True):
+        assert got[2:] == [f"{d:+.1f}" for d in mean[hi] - mean[lo]]  # one seed on a side: no noise judged
+    total = sum(np.array([float(c) for c in p[2:]]) for p in parts)
+    assert np.allclose(total, mean["equimod"] - mean["base"], atol=0.15)  # the three parts are EquiMod's Δ
+    assert not any(ln.startswith("| E-SSL at λ 0.4") for ln in block.splitlines())  # no E-SSL entry yet
+    two = [entry(by_name[n], full([10.0] * 7)) for n in ("tiny-simsiam-essl+w0.4-s0", "tiny-simsiam-essl+w0.4-s1")]
+    two += [entry(by_name[n], full([v] * 7)) for n, v in (("tiny-simsiam-essl+w0.08-s0", 8.0),
+                                                          ("tiny-simsiam-essl+w0.08-s1", 13.0))]
+    essl = _row(comparison_report.render(two, arms, recipes(), None), comparison_arms.PARTS[3][0])
+    assert essl[1:] == ["2 − 2"] + ["-0.5 (noise)"] * 7
+    assert "What the controls separate" not in comparison_report.render(entries[:2], arms, recipes(), None)
+
+
+def test_every_part_names_two_rows_of_the_table():
+    labels = {r.label for r in comparison_arms.ROWS}
+    assert all({hi, lo} <= labels and hi != lo for _, hi, lo in comparison_arms.PARTS)
 
 
 @pytest.mark.parametrize("seeds", [(10.0, 12.0, 14.0)])
