@@ -80,7 +80,7 @@ def parts_table(entries: Sequence[dict], arms: Sequence[Arm]) -> list[str]:
         for call, protocol in TABLE_COLUMNS:
             (va, metric), (vb, _) = aware_report.values(a, call, protocol), aware_report.values(b, call, protocol)
             cells.append(seed_cells.delta_cell(va, vb, metric))
-        body.append([label, f"{len(a)} − {len(b)}"] + cells)
+        body.append([label, f"{len(a)} and {len(b)}"] + cells)
     return markdown_table(head, body) if body else []
 
 
@@ -111,7 +111,7 @@ def render(entries: Sequence[dict], arms: Sequence[Arm], recipes: dict[str, Reci
     out += aware_report.table(entries, arms, timings, REPORT_ROWS, ("kNN val %", knn_cell)) + [""]
     parts = parts_table(entries, arms)
     if parts:
-        out += ["What the controls separate: one row's mean minus another's (points; seeds: entries of each row), "
+        out += ["What the controls separate: one row's mean minus another's (points; seeds: the two rows' entries), "
                 "so EquiMod's three parts add up to its Δ to SimSiam:", "", *parts, ""]
     bn = bn_table(entries, arms)
     if bn:

@@ -146,7 +146,7 @@ def test_the_controls_split_equimods_gain_into_parts_that_add_up_to_its_delta():
     block = comparison_report.render(entries, arms, recipes(), None)
     mean = {k: v.mean(axis=0) for k, v in values.items()}
     parts = [_row(block, label) for label, _, _ in comparison_arms.PARTS[:3]]
-    assert [p[1] for p in parts] == ["1 − 2", "2 − 1", "1 − 2"]
+    assert [p[1] for p in parts] == ["1 and 2", "2 and 1", "1 and 2"]
     for got, (hi, lo) in zip(parts, (("negatives", "base"), ("shuffled", "negatives"), ("equimod", "shuffled")),
                              strict=True):
         assert got[2:] == [f"{d:+.1f}" for d in mean[hi] - mean[lo]]  # one seed on a side: no noise judged
@@ -157,7 +157,7 @@ def test_the_controls_split_equimods_gain_into_parts_that_add_up_to_its_delta():
     two += [entry(by_name[n], full([v] * 7)) for n, v in (("tiny-simsiam-essl+w0.08-s0", 8.0),
                                                           ("tiny-simsiam-essl+w0.08-s1", 13.0))]
     essl = _row(comparison_report.render(two, arms, recipes(), None), comparison_arms.PARTS[3][0])
-    assert essl[1:] == ["2 − 2"] + ["-0.5 (noise)"] * 7
+    assert essl[1:] == ["2 and 2"] + ["-0.5 (noise)"] * 7
     assert "What the controls separate" not in comparison_report.render(entries[:2], arms, recipes(), None)
 
 
