@@ -96,6 +96,11 @@ def row_timing(row: Row, arms: Sequence[Arm], timings: dict | None) -> float | N
     return found["median"] if found else None
 
 
+def column_heads(arms: Sequence[Arm]) -> list[str]:
+    """The seven evaluation columns' headers, ``<dataset> <protocol>``, in :data:`TABLE_COLUMNS` order."""
+    return [f"{dataset_of(arms, c)} {COLUMN_NAMES[p]}" for c, p in TABLE_COLUMNS]
+
+
 def table(entries: Sequence[dict], arms: Sequence[Arm], timings: dict | None = None, rows: Sequence[Row] = ROWS,
           extra: tuple[str, Callable[[list[dict]], str]] | None = None) -> list[str]:
     """The table: N, s/step, seeds and the seven evaluation columns of every row of ``rows`` (the first: the floor);
@@ -104,7 +109,7 @@ def table(entries: Sequence[dict], arms: Sequence[Arm], timings: dict | None = N
     timed = {r.label: row_timing(r, arms, timings) for r in rows}
     won = winner(entries, arms)
     head = ["method", "N", "s/step", "seeds", *([extra[0]] if extra else [])]
-    head += [f"{dataset_of(arms, c)} {COLUMN_NAMES[p]}" for c, p in TABLE_COLUMNS]
+    head += column_heads(arms)
     body = []
     for row in rows:
         listed, got = row_arms(arms, row), groups[row.label]

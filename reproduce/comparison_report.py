@@ -20,7 +20,7 @@ from reproduce.arm_settings import NEVER_TRAINED, Arm
 from reproduce.aware_arms import TABLE_COLUMNS
 from reproduce.comparison_arms import PARTS, ROWS, RUNNING_BN, SUITE, ledger_recipes
 from reproduce.recipe_arms import FALL, Recipe, chosen_text, curve_summary
-from reproduce.report_parts import block_tail, dataset_of, markdown_table
+from reproduce.report_parts import block_tail, markdown_table
 
 BEGIN, END = "<!-- reproduce_small_comparison:begin -->", "<!-- reproduce_small_comparison:end -->"
 COMMAND = ledger.COMMAND + " --suite=comparison"
@@ -50,7 +50,7 @@ def recipe_line(method: str, recipe: Recipe | None) -> str:
 
 def bn_table(entries: Sequence[dict], arms: Sequence[Arm]) -> list[str]:
     """Recomputed minus running BN statistics, per row and column, on the arms evaluated both ways (seed 0)."""
-    head = ["method (seed 0)"] + [f"{dataset_of(arms, c)} {aware_report.COLUMN_NAMES[p]}" for c, p in TABLE_COLUMNS]
+    head = ["method (seed 0)"] + aware_report.column_heads(arms)
     body = []
     for row in REPORT_ROWS[1:]:
         got = [e for e in aware_report.row_entries(entries, arms, row)
@@ -70,7 +70,7 @@ def parts_table(entries: Sequence[dict], arms: Sequence[Arm]) -> list[str]:
     """What each control separates (:data:`comparison_arms.PARTS`): per column, the mean of one row minus the mean of
     the other over their seeds, "(noise)" within both spreads; a part is shown once both rows have an entry."""
     rows = {r.label: r for r in REPORT_ROWS}
-    head = ["part", "seeds"] + [f"{dataset_of(arms, c)} {aware_report.COLUMN_NAMES[p]}" for c, p in TABLE_COLUMNS]
+    head = ["part", "seeds"] + aware_report.column_heads(arms)
     body = []
     for label, minuend, subtrahend in PARTS:
         a, b = (aware_report.row_entries(entries, arms, rows[name]) for name in (minuend, subtrahend))
