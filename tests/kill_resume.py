@@ -55,7 +55,8 @@ def kill_mid_run(model_dir: str, log_path: str, args: tuple[str, ...], kill_afte
             if latest is not None and int(latest.rsplit("-", 1)[1]) >= kill_after:
                 break
             time.sleep(0.02)
-        if victim.poll() is not None:
+        if victim.poll() is not None:  # ended before the poll saw checkpoint kill_after: fine only if it succeeded
+            wait_ok(victim, log_path)
             return None
         assert latest is not None and int(latest.rsplit("-", 1)[1]) >= kill_after, \
             f"no checkpoint {kill_after} within 900 s (latest: {latest})"
