@@ -39,6 +39,11 @@ def wait_ok(proc: subprocess.Popen, log_path: str, timeout: float = 600) -> None
         assert code == 0, f.read()[-3000:]
 
 
+def _step(prefix: str) -> int:
+    """The step of checkpoint ``prefix`` (``.../ckpt-N``)."""
+    return int(prefix.rsplit("-", 1)[1])
+
+
 def kill_mid_run(model_dir: str, log_path: str, args: tuple[str, ...], kill_after: int, steps: int) -> str | None:
     """Launches ``args`` into ``model_dir`` and kills it by SIGKILL once checkpoint ``kill_after`` exists; returns
     the checkpoint the kill left, or None when the run outran the kill (it saved its last checkpoint, or ended,
@@ -52,13 +57,13 @@ def kill_mid_run(model_dir: str, log_path: str, args: tuple[str, ...], kill_afte
             # The checkpoint's own files come before the manifest naming it: wait for the manifest, or a kill in
             # between leaves no checkpoint to resume from (the resumed run would rightly start from scratch).
             latest = tf.train.latest_checkpoint(ckpts) if os.path.exists(ckpts) else None
-            if latest is not None and int(latest.rsplit("-", 1)[1]) >= kill_after:
+            if latest is not None and _step(latest) >= kill_after:
                 break
             time.sleep(0.02)
         if victim.poll() is not None:  # ended before the poll saw checkpoint kill_after: fine only if it succeeded
             wait_ok(victim, log_path)
             return None
-        assert latest is not None and int(latest.rsplit("-", 1)[1]) >= kill_after, \
+        assert latest is not None and _step(latest) >= kill_after, \
             f"no checkpoint {kill_after} within 900 s (latest: {latest})"
         victim.send_signal(signal.SIGKILL)
         victim.wait()
@@ -67,7 +72,7 @@ def kill_mid_run(model_dir: str, log_path: str, args: tuple[str, ...], kill_afte
             victim.kill()
             victim.wait()
     left = tf.train.latest_checkpoint(ckpts)
-    return left if int(left.rsplit("-", 1)[1]) < steps else None
+    return left if _step(left) < steps else None
 
 
 def kill_9_then_resume(tmp_path, args: tuple[str, ...], kill_after: int, steps: int,
