@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Sequence
 
 from reproduce import ledger
-from reproduce.arm_settings import Arm
+from reproduce.arm_settings import OBJECTIVE_WEIGHT_FLAGS, Arm
 from reproduce.child_process import run_logged
 from reproduce.provenance import machine_info
 from reproduce.run_directory import (
@@ -29,6 +29,7 @@ from reproduce.run_directory import (
 STARTUP_SECONDS = 60.0  # a train_main process's start, data reading, tracing and export (measured 20-60 s)
 MONITOR_OVERHEAD = 1.05  # a probe runs without monitors; they cost about 5% of a run (docs/monitors.md)
 PROBE_STEPS = 25
+RECENT = 3  # a tier's newest entries only: the code's speed changes, and older entries ran older code
 EVAL_GUESS_SECONDS = 90.0  # per eval_main call, when nothing like it has been measured yet
 # LooC's step against MoCo v2's at N views per image, before any LooC arm is in the ledger: the middles of the
 # measured 1.22-1.26x (N = 3) and 1.42-1.51x (N = 4) of docs/benchmarks.md §6 (the input pipeline's extra
@@ -50,8 +51,21 @@ def _same_speed(a: dict, b: dict) -> bool:
     return a["data"] == b["data"] and all(a["budget"][k] == b["budget"][k] for k in keep)
 
 
+# Train flags that change what a step computes: its objectives, views and LooC's heads (the recipe's do not).
+STEP_COST_FLAGS = (*OBJECTIVE_WEIGHT_FLAGS, "equimod_control", "condition_kind", "looc_augmentations")
+
+
+def _objective(settings: dict, monitors: bool) -> tuple:
+    """What a step computes: the method, AugSelf, conditioning and the step-cost flags; with ``monitors``, the
+    monitor flags too (an entry's s/step includes its monitors' time)."""
+    flags = settings["train_flags"]
+    return (settings["method"], settings["augself"], settings["condition"], tuple(sorted(
+        (k, v) for k, v in flags.items() if k in STEP_COST_FLAGS or (monitors and k.startswith("monitor")))))
+
+
 def measured_rate(arm: Arm, state: dict, entries: Sequence[dict], machine: dict) -> tuple[float, str] | None:
-    """Seconds per step: this arm's own sessions, else the median of the most similar ledger entries."""
+    """Seconds per step: this arm's own sessions, else the median of the newest of the most similar ledger entries
+    (the same objective and monitors before the same method: SimSiam + EquiMod's three views cost more than two)."""
     timed = [s for s in state["sessions"] if s.get("seconds") and s["steps"][1] and s["steps"][1] > s["steps"][0]]
     if timed:
         steps = sum(s["steps"][1] - s["steps"][0] for s in timed)
@@ -64,19 +78,20 @@ def measured_rate(arm: Arm, state: dict, entries: Sequence[dict], machine: dict)
     if method == "looc" and views in LOOC_STEP_RATIO and not any(e["settings"]["method"] == "looc" for e in alike):
         method, scale = "moco", LOOC_STEP_RATIO[views]  # no LooC measured yet: MoCo's step × the benchmark's ratio
         scaled = f", × {scale} for LooC's N = {views} (docs/benchmarks.md §6)"
-    tiers = [
-        ("same method, this CPU", lambda e: e["settings"]["method"] == method
-         and (e["machine"]["cpu"], e["machine"]["cores"]) == here),
-        ("same method", lambda e: e["settings"]["method"] == method),
-        ("any method, this CPU", lambda e: (e["machine"]["cpu"], e["machine"]["cores"]) == here),
-        ("any method", lambda e: True),
-    ]
-    for label, keep in tiers:
-        picked = [e["training"]["seconds_per_step"] for e in alike if keep(e)]
-        if picked:
-            noun = "entry" if len(picked) == 1 else "entries"
-            label = label.replace("same method", f"{METHOD_LABEL.get(method, method)}") if scaled else label
-            return scale * statistics.median(picked), f"median of {len(picked)} ledger {noun} ({label}){scaled}"
+    likeness = (("same objective and monitors", lambda st: _objective(st, monitors=True)),
+                ("same objective", lambda st: _objective(st, monitors=False)),
+                ("same method", lambda st: st["method"]), ("any method", lambda st: None))
+    mine = {**settings, "method": method}
+    for label, key in likeness:
+        for where, same_cpu in ((", this CPU", True), ("", False)):
+            keep = [e for e in alike if key(e["settings"]) == key(mine)
+                    and (not same_cpu or (e["machine"]["cpu"], e["machine"]["cores"]) == here)]
+            picked = [e["training"]["seconds_per_step"] for e in sorted(keep, key=lambda e: e["finished"])[-RECENT:]]
+            if picked:
+                noun = "entry" if len(picked) == 1 else "entries"
+                shown = label.replace("same method", METHOD_LABEL.get(method, method)) if scaled else label
+                return (scale * statistics.median(picked),
+                        f"median of {len(picked)} ledger {noun} ({shown}{where}){scaled}")
     return None
 
 

@@ -362,6 +362,18 @@ def test_estimate_uses_ledger_rates_then_the_arms_own_sessions(tmp_path):
     # 27 steps/epoch × 120 epochs × 0.5 s, plus a start-up, plus the 4 evaluation calls measured at 75 s each
     assert est.seconds == pytest.approx(3240 * 0.5 + time_estimates.STARTUP_SECONDS + 4 * 75.0)
     assert "ledger" in est.why
+    # Entries of the same objective (AugSelf on SimSiam, another seed) are preferred over the method's others, and
+    # of those the newest three (an older one ran older code):
+    siblings = [entry(arm_of("simsiam", "crop,color", 0), {CP: 60.0}, rate=rate) | {"finished": f"2025-0{month}"}
+                for rate, month in ((0.6, 2), (5.0, 1), (0.8, 4), (0.7, 3))]
+    est = time_estimates.estimate(arm, ctx, [done, *siblings, done], allow_probe=False)
+    assert est.seconds == pytest.approx(3240 * 0.7 + time_estimates.STARTUP_SECONDS + 4 * 75.0)
+    assert "(same objective and monitors" in est.why
+    # Monitored otherwise, the same objective still beats the method's other entries:
+    other = siblings[0] | {"settings": siblings[0]["settings"] | {"train_flags": {"monitor": "none"}}}
+    est = time_estimates.estimate(arm, ctx, [done, other], allow_probe=False)
+    assert est.seconds == pytest.approx(3240 * 0.6 + time_estimates.STARTUP_SECONDS + 4 * 75.0)
+    assert "(same objective" in est.why and "monitors" not in est.why
     # Half trained here at 0.4 s/step, one evaluation call guessed (none like it measured):
     run = ctx.run_dir(arm)
     _checkpoint(run, 1620)
