@@ -21,6 +21,18 @@ def _ctx(tmp_path) -> Context:
                    poll_seconds=0.2)
 
 
+@pytest.fixture(autouse=True)
+def python_sigint():
+    """SIGINT handled as in a fresh Python process (KeyboardInterrupt), whatever an earlier test in this worker left;
+    the stop must reach this thread (the main one, with the signal unblocked) for any of these tests to mean much."""
+    assert threading.current_thread() is threading.main_thread(), "signal tests must run in the main thread"
+    assert not {signal.SIGINT, signal.SIGTERM} & signal.pthread_sigmask(signal.SIG_BLOCK, []), "stop signals blocked"
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if saved is not None:  # None: a handler installed outside Python, which cannot be put back
+        signal.signal(signal.SIGINT, saved)
+
+
 @pytest.fixture
 def runner_sigterm():
     """SIGTERM handled as the reproduction's command handles it (a KeyboardInterrupt)."""
