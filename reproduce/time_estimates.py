@@ -83,8 +83,9 @@ def measured_rate(arm: Arm, state: dict, entries: Sequence[dict], machine: dict)
                 ("same method", lambda st: st["method"]), ("any method", lambda st: None))
     mine = {**settings, "method": method}
     for label, key in likeness:
+        wanted = key(mine)
         for where, same_cpu in ((", this CPU", True), ("", False)):
-            keep = [e for e in alike if key(e["settings"]) == key(mine)
+            keep = [e for e in alike if key(e["settings"]) == wanted
                     and (not same_cpu or (e["machine"]["cpu"], e["machine"]["cores"]) == here)]
             picked = [e["training"]["seconds_per_step"] for e in sorted(keep, key=lambda e: e["finished"])[-RECENT:]]
             if picked:
