@@ -23,8 +23,11 @@ def _ctx(tmp_path) -> Context:
 
 @pytest.fixture(autouse=True)
 def python_sigint():
-    """SIGINT handled as in a fresh Python process (KeyboardInterrupt), whatever an earlier test in this worker left;
-    the stop must reach this thread (the main one, with the signal unblocked) for any of these tests to mean much."""
+    """SIGINT handled as in a Python process started in a terminal (KeyboardInterrupt).
+
+    A shell without job control starts a background command with SIGINT ignored, and Python keeps it ignored: a
+    test run started that way (``pytest ... &`` in a script) saw its own Ctrl-C ignored and the sleeping child run
+    its 120 s out. The stop must also reach this thread (the main one, with the signal unblocked)."""
     assert threading.current_thread() is threading.main_thread(), "signal tests must run in the main thread"
     assert not {signal.SIGINT, signal.SIGTERM} & signal.pthread_sigmask(signal.SIG_BLOCK, []), "stop signals blocked"
     saved = signal.signal(signal.SIGINT, signal.default_int_handler)
