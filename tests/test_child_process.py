@@ -30,18 +30,21 @@ def python_sigint():
     its 120 s out. The stop must also reach this thread (the main one, with the signal unblocked)."""
     assert threading.current_thread() is threading.main_thread(), "signal tests must run in the main thread"
     assert not {signal.SIGINT, signal.SIGTERM} & signal.pthread_sigmask(signal.SIG_BLOCK, []), "stop signals blocked"
-    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    if saved is not None:  # None: a handler installed outside Python, which cannot be put back
-        signal.signal(signal.SIGINT, saved)
+    yield from _handled(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
 def runner_sigterm():
     """SIGTERM handled as the reproduction's command handles it (a KeyboardInterrupt)."""
-    saved = signal.signal(signal.SIGTERM, _terminate)
+    yield from _handled(signal.SIGTERM, _terminate)
+
+
+def _handled(signum: int, handler):
+    """Installs ``handler`` for ``signum`` for one test, then puts the previous one back."""
+    saved = signal.signal(signum, handler)
     yield
-    signal.signal(signal.SIGTERM, saved)
+    if saved is not None:  # None: a handler installed outside Python, which cannot be put back
+        signal.signal(signum, saved)
 
 
 def _run_stopped(tmp_path, monkeypatch, stop) -> int | None:
